@@ -90,7 +90,7 @@ def _allocate(space: spaces.Space, n_envs: int) -> ObsArray:
     """Zeroed storage for ``n_envs`` values of ``space``."""
     if isinstance(space, spaces.Dict):
         return {key: _allocate(sub, n_envs) for key, sub in space.spaces.items()}  # type: ignore[misc]
-    return np.zeros((n_envs, *space.shape), dtype=space.dtype)
+    return np.zeros((n_envs, *(space.shape or ())), dtype=space.dtype)
 
 
 def _write(storage: ObsArray, env_idx: int, value: Any) -> None:
@@ -113,7 +113,9 @@ class _EpisodeCopy:
     def __init__(self, env: ParallelEnv, max_episode_steps: int | None = None) -> None:
         self.env = env
         self.max_episode_steps = max_episode_steps
-        self.alive: set[AgentID] = set()
+        # Ordered like env.agents (a dict, not a set), so that sums over agents, such as the team return, do not
+        # depend on the process's string hashing: the same seed gives the same data in every worker process.
+        self.alive: dict[AgentID, None] = {}
         # Agents that left the current episode: they are never revived before the next reset.
         self.finished: set[AgentID] = set()
         self.episode_length = 0
@@ -123,7 +125,7 @@ class _EpisodeCopy:
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs, infos = self.env.reset(seed=seed, options=options or None)
-        self.alive = {agent for agent in self.env.agents if agent in obs}
+        self.alive = dict.fromkeys(agent for agent in self.env.agents if agent in obs)
         self.finished = set()
         self.episode_length = 0
         self.team_return = 0.0
@@ -144,25 +146,26 @@ class _EpisodeCopy:
         time_limit = self.max_episode_steps is not None and self.episode_length >= self.max_episode_steps
         terminations = {agent: bool(terminations.get(agent, False)) for agent in acting}
         truncations = {agent: bool(truncations.get(agent, False)) for agent in acting}
-        new_alive = set()
+        new_alive: dict[AgentID, None] = {}
         if not time_limit:
-            new_alive = {
+            new_alive = dict.fromkeys(
                 agent
                 for agent in self.env.agents
                 if agent in obs and agent not in self.finished and not terminations.get(agent) and not truncations.get(agent)
-            }
-        for agent in acting - new_alive:
+            )
+        leaving = [agent for agent in acting if agent not in new_alive]
+        for agent in leaving:
             # An agent that leaves without a termination flag (time limit, or dropped by the env) is truncated:
             # its trajectory did not reach a terminal state.
             if not terminations[agent]:
                 truncations[agent] = True
-        self.finished |= acting - new_alive
+        self.finished.update(leaving)
         self.alive = new_alive
         rewards = {agent: float(rewards.get(agent, 0.0)) for agent in acting}
         for agent, reward in rewards.items():
             self.agent_returns[agent] += reward
         self.team_return += sum(rewards.values())
-        final_obs = {agent: obs.get(agent) for agent in acting - new_alive}
+        final_obs = {agent: obs.get(agent) for agent in leaving}
         done = not self.alive
         episode = None
         if done:
@@ -303,6 +306,13 @@ class MultiAgentVecEnv(VecEnv):
     def step_async(self, actions: dict[AgentID, np.ndarray]) -> None:  # type: ignore[override]
         self._actions = actions
 
+    def step_wait(self) -> MultiAgentStep:  # type: ignore[override]
+        raise NotImplementedError
+
+    def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
+        """Reset every copy (copy i with seed + i if ``seed(seed)`` was called); return ``{agent_id: obs (n_envs, ...)}``."""
+        raise NotImplementedError
+
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         # PettingZoo envs are not gymnasium envs: no gymnasium wrapper can be around them.
         return [False for _ in self._get_indices(indices)]
@@ -346,7 +356,9 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         assert self._actions is not None, "step_async must be called before step_wait"
         per_copy = self._split_actions(self._actions)
         self._actions = None
-        return self._collect_step([episode_copy.step(actions) for episode_copy, actions in zip(self._copies, per_copy)])
+        return self._collect_step(
+            [episode_copy.step(actions) for episode_copy, actions in zip(self._copies, per_copy, strict=True)]
+        )
 
     def close(self) -> None:
         for env in self.envs:
@@ -361,9 +373,40 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
         return [
-            getattr(self.envs[idx].unwrapped, method_name)(*method_args, **method_kwargs)
-            for idx in self._get_indices(indices)
+            getattr(self.envs[idx].unwrapped, method_name)(*method_args, **method_kwargs) for idx in self._get_indices(indices)
         ]
+
+
+def _answer(copies: list[_EpisodeCopy], command: str, data: Any) -> Any:
+    """What a worker sends back for one of the parent's commands."""
+    if command == "step":
+        return [episode_copy.step(actions) for episode_copy, actions in zip(copies, data, strict=True)]
+    if command == "reset":
+        return [episode_copy.reset(seed, options) for episode_copy, (seed, options) in zip(copies, data, strict=True)]
+    if command == "spaces":
+        env = copies[0].env
+        agents = list(env.possible_agents)
+        return (
+            agents,
+            {agent: env.observation_space(agent) for agent in agents},
+            {agent: env.action_space(agent) for agent in agents},
+        )
+    if command == "max_episode_steps":
+        for episode_copy in copies:
+            episode_copy.max_episode_steps = data
+        return None
+    if command == "get_attr":
+        local_indices, name = data
+        return [getattr(copies[i].env.unwrapped, name) for i in local_indices]
+    if command == "set_attr":
+        local_indices, name, value = data
+        for i in local_indices:
+            setattr(copies[i].env.unwrapped, name, value)
+        return None
+    if command == "env_method":
+        local_indices, name, args, kwargs = data
+        return [getattr(copies[i].env.unwrapped, name)(*args, **kwargs) for i in local_indices]
+    raise NotImplementedError(f"Unknown command {command!r}")
 
 
 def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: CloudpickleWrapper) -> None:
@@ -374,35 +417,9 @@ def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: Clou
         copies = [_EpisodeCopy(to_parallel_env(env_fn())) for env_fn in env_fns_wrapper.var]
         while True:
             command, data = remote.recv()
-            if command == "step":
-                remote.send(("ok", [episode_copy.step(actions) for episode_copy, actions in zip(copies, data)]))
-            elif command == "reset":
-                remote.send(("ok", [episode_copy.reset(seed, options) for episode_copy, (seed, options) in zip(copies, data)]))
-            elif command == "spaces":
-                env = copies[0].env
-                agents = list(env.possible_agents)
-                observation_spaces = {agent: env.observation_space(agent) for agent in agents}
-                action_spaces = {agent: env.action_space(agent) for agent in agents}
-                remote.send(("ok", (agents, observation_spaces, action_spaces)))
-            elif command == "max_episode_steps":
-                for episode_copy in copies:
-                    episode_copy.max_episode_steps = data
-                remote.send(("ok", None))
-            elif command == "get_attr":
-                local_indices, name = data
-                remote.send(("ok", [getattr(copies[i].env.unwrapped, name) for i in local_indices]))
-            elif command == "set_attr":
-                local_indices, name, value = data
-                for i in local_indices:
-                    setattr(copies[i].env.unwrapped, name, value)
-                remote.send(("ok", None))
-            elif command == "env_method":
-                local_indices, name, args, kwargs = data
-                remote.send(("ok", [getattr(copies[i].env.unwrapped, name)(*args, **kwargs) for i in local_indices]))
-            elif command == "close":
+            if command == "close":
                 break
-            else:
-                raise NotImplementedError(f"Unknown command {command!r}")
+            remote.send(("ok", _answer(copies, command, data)))
     except KeyboardInterrupt:
         pass
     except Exception:
@@ -442,6 +459,10 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            # Workers fork from the server with this module (and torch, which SB3 imports) already loaded, instead
+            # of importing them anew in every worker of every vectorized env, which takes seconds each time.
+            ctx.set_forkserver_preload(["__main__", __name__])  # type: ignore[attr-defined]
         self.closed = False
         self.remotes, self.processes = [], []
         for env_slice in self._slices:
@@ -466,7 +487,12 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         try:
             status, payload = remote.recv()
         except EOFError:
-            self._fail(f"worker {worker} (env copies {list(self._slices[worker])}) closed its pipe unexpectedly")
+            # A worker that dies closes its end of the pipe: wait for its exit code, which says why.
+            process.join(timeout=1.0)
+            self._fail(
+                f"worker {worker} (env copies {list(self._slices[worker])}) closed its pipe unexpectedly "
+                f"(exit code {process.exitcode})"
+            )
         if status == "error":
             self._fail(f"an env copy in worker {worker} (env copies {list(self._slices[worker])}) raised:\n{payload}")
         return payload
@@ -482,7 +508,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
     def _broadcast(self, command: str, per_worker_data: Sequence[Any]) -> list[Any]:
         if self.closed:
             raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
-        for remote, data in zip(self.remotes, per_worker_data):
+        for remote, data in zip(self.remotes, per_worker_data, strict=True):
             remote.send((command, data))
         return [self._receive(worker) for worker in range(len(self.remotes))]
 
@@ -495,8 +521,10 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         return self._collect_reset(results)
 
     def step_async(self, actions: dict[AgentID, np.ndarray]) -> None:  # type: ignore[override]
+        if self.closed:
+            raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
         per_copy = self._split_actions(actions)
-        for remote, env_slice in zip(self.remotes, self._slices):
+        for remote, env_slice in zip(self.remotes, self._slices, strict=True):
             remote.send(("step", [per_copy[i] for i in env_slice]))
 
     def step_wait(self) -> MultiAgentStep:  # type: ignore[override]
@@ -507,7 +535,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         if self.closed:
             return
         self.closed = True
-        for remote, process in zip(self.remotes, self.processes):
+        for remote, process in zip(self.remotes, self.processes, strict=True):
             if process.is_alive():
                 try:
                     remote.send(("close", None))
