@@ -1,0 +1,568 @@
+"""The multi-agent vectorized env: ``make_vec_env`` and the arrays it hands out, on real and on test envs."""
+
+from __future__ import annotations
+
+import copy
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from mpe2 import simple_adversary_v3, simple_spread_v3
+from pettingzoo.butterfly import knights_archers_zombies_v11
+from pettingzoo.classic import tictactoe_v3
+from pettingzoo.sisl import pursuit_v5
+from pettingzoo.test import parallel_api_test
+
+from sb3_ippo import make_vec_env
+from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, SubprocMultiAgentVecEnv
+from tests.envs import (
+    HETEROGENEOUS_AGENTS,
+    CartPoleParallelEnv,
+    CrashingEnv,
+    DyingAgentsEnv,
+    HeterogeneousEnv,
+    RevivingEnv,
+    VariableLengthEnv,
+)
+
+VEC_ENV_CLASSES = ["dummy", "subproc"]
+
+
+def action_sampler(vec_env: MultiAgentVecEnv, seed: int = 0) -> Callable[[], dict[str, np.ndarray]]:
+    """Random actions ``{agent: (n_envs, *act_shape)}``, the same sequence for the same seed."""
+    action_spaces = {agent: copy.deepcopy(space) for agent, space in vec_env.action_spaces.items()}
+    for offset, space in enumerate(action_spaces.values()):
+        space.seed(seed + offset)
+
+    def sample() -> dict[str, np.ndarray]:
+        return {agent: np.stack([space.sample() for _ in range(vec_env.num_envs)]) for agent, space in action_spaces.items()}
+
+    return sample
+
+
+def oracle_actions(step_obs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The rewarded actions of DyingAgentsEnv and its subclasses, whose observation is ``[t / max_steps, target]``."""
+    return {agent: obs[:, 1].astype(np.int64) for agent, obs in step_obs.items()}
+
+
+def without_wall_time(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**info, "episode": {key: val for key, val in info["episode"].items() if key != "t"}} if "episode" in info else info
+        for info in infos
+    ]
+
+
+def rollout(vec_env: MultiAgentVecEnv, n_steps: int, action_seed: int = 0) -> list[Any]:
+    """The reset observations, then every step's data (episode wall times left out), under random actions."""
+    sample = action_sampler(vec_env, action_seed)
+    data: list[Any] = [vec_env.reset()]
+    for _ in range(n_steps):
+        step = vec_env.step(sample())
+        data.append(step._replace(infos=without_wall_time(step.infos)))
+    return data
+
+
+def assert_same(actual: Any, expected: Any, where: str = "data") -> None:
+    """Recursive equality of nested dicts, lists, tuples and arrays."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and set(actual) == set(expected), f"{where}: keys {actual} != {expected}"
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), f"{where}: length {len(actual)} != {len(expected)}"
+        for idx, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_same(a, e, f"{where}[{idx}]")
+    elif isinstance(expected, np.ndarray):
+        np.testing.assert_array_equal(actual, expected, err_msg=where)
+    else:
+        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Fail the test, instead of hanging the test run, if it takes more than 30 seconds."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError("the test hung for 30 seconds")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(30)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def closing(vec_env: MultiAgentVecEnv) -> Iterator[MultiAgentVecEnv]:
+    try:
+        yield vec_env
+    finally:
+        vec_env.close()
+
+
+# --- Real PettingZoo envs ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("continuous_actions", [False, True])
+def test_simple_spread_data_is_the_raw_envs_data(continuous_actions: bool) -> None:
+    """Copy i behaves as a raw env reset with seed + i, then reset without a seed at each episode end."""
+    env_kwargs = {"N": 3, "max_cycles": 3, "continuous_actions": continuous_actions}
+    n_envs, seed = 2, 7
+    with closing(make_vec_env(simple_spread_v3.parallel_env, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs)) as vec_env:
+        sample = action_sampler(vec_env)
+        raw_envs = [simple_spread_v3.parallel_env(**env_kwargs) for _ in range(n_envs)]
+        raw_obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(raw_envs)]
+        obs = vec_env.reset()
+        for _ in range(7):
+            for i in range(n_envs):
+                for agent in vec_env.possible_agents:
+                    np.testing.assert_array_equal(obs[agent][i], raw_obs[i][agent])
+            actions = sample()
+            step = vec_env.step(actions)
+            for i, env in enumerate(raw_envs):
+                raw_obs[i], rewards, _, truncations, _ = env.step({agent: actions[agent][i] for agent in env.agents})
+                assert step.dones[i] == (not env.agents)
+                for agent in vec_env.possible_agents:
+                    assert step.rewards[agent][i] == np.float32(rewards[agent])
+                    assert step.truncations[agent][i] == truncations[agent]
+                if not env.agents:
+                    for agent in vec_env.possible_agents:
+                        np.testing.assert_array_equal(step.final_obs[agent][i], raw_obs[i][agent])
+                    raw_obs[i] = env.reset()[0]
+            obs = step.obs
+
+
+def test_simple_adversary_agents_keep_their_own_observation_shapes() -> None:
+    with closing(make_vec_env(simple_adversary_v3.parallel_env, n_envs=3, seed=0, env_kwargs={"max_cycles": 3})) as vec_env:
+        obs = vec_env.reset()
+        step = vec_env.step(action_sampler(vec_env)())
+        for observations in (obs, step.obs):
+            assert observations["adversary_0"].shape == (3, 8)
+            assert observations["agent_0"].shape == observations["agent_1"].shape == (3, 10)
+
+
+def test_knights_archers_zombies_agents_that_die_stay_masked_until_the_episode_ends() -> None:
+    # With line_death, an agent that walks into the top wall dies: archer_0 turns and dies within a few steps,
+    # knight_0 walks up and dies later, the other two stand still until the time limit.
+    scripted = {"archer_0": 1, "knight_0": 0, "archer_1": 5, "knight_1": 5}
+    n_envs = 2
+    env_kwargs = {"max_cycles": 30, "line_death": True}
+    vec_env = make_vec_env(knights_archers_zombies_v11.parallel_env, n_envs=n_envs, seed=0, env_kwargs=env_kwargs)
+    with closing(vec_env):
+        vec_env.reset()
+        actions = {agent: np.full(n_envs, action) for agent, action in scripted.items()}
+        left: set[tuple[str, int]] = set()
+        for _ in range(30):
+            step = vec_env.step(actions)
+            if step.dones.all():
+                break
+            for agent in vec_env.possible_agents:
+                for i in range(n_envs):
+                    if (agent, i) in left:
+                        assert not step.alive[agent][i] and step.rewards[agent][i] == 0, f"{agent} revived in copy {i}"
+                    elif not step.alive[agent][i]:
+                        assert step.terminations[agent][i] and i in step.final_obs[agent]
+                        left.add((agent, i))
+        assert step.dones.all() and ("archer_0", 0) in left and ("knight_0", 0) in left
+        assert all(step.alive[agent].all() for agent in vec_env.possible_agents), "a new episode starts with every agent"
+
+
+def test_pursuit_image_observations_are_batched_and_handed_over_at_truncation() -> None:
+    with closing(make_vec_env(pursuit_v5.parallel_env, n_envs=2, seed=0, env_kwargs={"max_cycles": 2})) as vec_env:
+        obs = vec_env.reset()
+        assert obs["pursuer_0"].shape == (2, 7, 7, 3) and obs["pursuer_0"].dtype == np.float32
+        sample = action_sampler(vec_env)
+        vec_env.step(sample())
+        step = vec_env.step(sample())
+        assert step.dones.all()
+        assert all(step.truncations[agent].all() for agent in vec_env.possible_agents)
+        assert all(step.final_obs[agent][i].shape == (7, 7, 3) for agent in vec_env.possible_agents for i in range(2))
+
+
+# --- Shapes, spaces and actions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", HETEROGENEOUS_AGENTS)
+def test_observations_have_one_row_per_copy(agent: str) -> None:
+    with closing(make_vec_env(HeterogeneousEnv, n_envs=3, seed=0)) as vec_env:
+        space = vec_env.observation_spaces[agent]
+        step = vec_env.step(action_sampler(vec_env)())
+        for obs in (vec_env.reset()[agent], step.obs[agent]):
+            if isinstance(space, gym.spaces.Dict):
+                assert set(obs) == set(space.spaces)
+                for key, subspace in space.spaces.items():
+                    assert obs[key].shape == (3, *subspace.shape) and obs[key].dtype == subspace.dtype
+            else:
+                assert obs.shape == (3, *space.shape) and obs.dtype == space.dtype
+        for per_agent in (step.rewards, step.terminations, step.truncations, step.alive):
+            assert per_agent[agent].shape == (3,)
+
+
+def test_image_observations_keep_uint8_pixels() -> None:
+    with closing(make_vec_env(HeterogeneousEnv, n_envs=2, seed=0, env_kwargs={"agents": ["image"]})) as vec_env:
+        images = vec_env.reset()["image"]
+        assert images.shape == (2, 36, 36, 3) and images.dtype == np.uint8
+        assert set(np.unique(images)) <= {0, 255}
+
+
+def test_each_copy_receives_its_row_of_every_action_space_type() -> None:
+    with closing(make_vec_env(HeterogeneousEnv, n_envs=3, seed=0)) as vec_env:
+        vec_env.reset()
+        actions = action_sampler(vec_env)()
+        vec_env.step(actions)  # the env refuses actions of the wrong shape
+        for i, received in enumerate(vec_env.get_attr("last_actions")):
+            assert set(received) == set(HETEROGENEOUS_AGENTS)
+            for agent in HETEROGENEOUS_AGENTS:
+                np.testing.assert_array_equal(received[agent], actions[agent][i])
+
+
+def test_num_envs_agents_and_spaces_describe_the_env() -> None:
+    with closing(make_vec_env(HeterogeneousEnv, n_envs=3)) as vec_env:
+        env = HeterogeneousEnv()
+        assert vec_env.num_envs == 3
+        assert vec_env.possible_agents == env.possible_agents
+        for agent in env.possible_agents:
+            assert vec_env.observation_spaces[agent] == env.observation_space(agent)
+            assert vec_env.action_spaces[agent] == env.action_space(agent)
+
+
+def test_actions_for_an_unknown_agent_are_refused() -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        vec_env.reset()
+        with pytest.raises(KeyError, match="unknown agents"):
+            vec_env.step({"nobody": np.zeros(2)})
+
+
+def test_actions_need_one_row_per_copy() -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        vec_env.reset()
+        with pytest.raises(ValueError, match="one per env copy"):
+            vec_env.step({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
+
+
+# --- Agents that leave, join or come back ---------------------------------------------------------------------------
+
+
+def test_alive_mask_drops_agents_that_leave_until_the_next_episode() -> None:
+    # DyingAgentsEnv: agent_0 dies after step 2, agent_1 after step 4, agent_2 is truncated after step 6.
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        obs = vec_env.reset()
+        masks = [[bool(mask.all()) for mask in vec_env.alive.values()]]
+        for _ in range(7):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+            masks.append([bool(step.alive[agent].all()) for agent in vec_env.possible_agents])
+        T, F = True, False
+        assert masks == [[T, T, T], [T, T, T], [F, T, T], [F, T, T], [F, F, T], [F, F, T], [T, T, T], [T, T, T]]
+
+
+def test_agents_that_left_get_no_actions() -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        vec_env.reset()
+        every_agent_acts = {agent: np.zeros(2, dtype=np.int64) for agent in vec_env.possible_agents}
+        for _ in range(3):
+            vec_env.step(every_agent_acts)  # the env raises if an agent that left is given an action
+        assert [set(actions) for actions in vec_env.get_attr("last_actions")] == [{"agent_1", "agent_2"}] * 2
+
+
+def test_agents_that_left_produce_no_transitions() -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        obs = vec_env.reset()
+        for _ in range(3):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+        assert not step.alive["agent_0"].any()
+        assert (step.rewards["agent_0"] == 0).all() and not step.terminations["agent_0"].any()
+        assert not step.truncations["agent_0"].any() and step.final_obs["agent_0"] == {}
+
+
+def test_agents_are_not_revived_within_an_episode() -> None:
+    with closing(make_vec_env(RevivingEnv, n_envs=2)) as vec_env:
+        # agent_0 dies after step 2; the env brings it back after step 3.
+        obs = vec_env.reset()
+        alive_agent_0, rewards_agent_0 = [], []
+        for _ in range(5):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+            alive_agent_0.append(bool(step.alive["agent_0"].any()))
+            rewards_agent_0.append(step.rewards["agent_0"].sum())
+        assert all("agent_0" in agents for agents in vec_env.get_attr("agents")), "the env did revive agent_0"
+        assert alive_agent_0 == [True, False, False, False, False]
+        assert rewards_agent_0 == [2, 2, 0, 0, 0]
+        assert vec_env.step(oracle_actions(obs)).alive["agent_0"].all(), "the next episode has agent_0 again"
+
+
+def test_agent_absent_at_reset_is_masked_until_it_joins() -> None:
+    env_kwargs = {"death_steps": {"agent_0": None, "late": None}, "join_steps": {"late": 2}, "max_steps": 4}
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2, env_kwargs=env_kwargs)) as vec_env:
+        obs = vec_env.reset()
+        assert not vec_env.alive["late"].any()
+        step = vec_env.step(oracle_actions(obs))  # the env raises if "late" is given an action before it joins
+        assert not step.alive["late"].any() and (step.rewards["late"] == 0).all()
+        step = vec_env.step(oracle_actions(step.obs))
+        assert step.alive["late"].all()
+        np.testing.assert_array_equal(step.obs["late"], [[2 / 4, 1], [2 / 4, 1]])
+        vec_env.step(oracle_actions(step.obs))
+        assert [set(actions) for actions in vec_env.get_attr("last_actions")] == [{"agent_0", "late"}] * 2
+
+
+# --- Episode ends, automatic resets and statistics -----------------------------------------------------------------
+
+
+def test_copies_end_their_episodes_at_their_own_steps() -> None:
+    with closing(make_vec_env(VariableLengthEnv, n_envs=3, seed=5)) as vec_env:
+        obs = vec_env.reset()
+        lengths = vec_env.get_attr("episode_length")
+        assert len(set(lengths)) == 3, "precondition: seeds 5, 6, 7 draw different lengths"
+        first_end = [0] * 3
+        for t in range(1, max(lengths) + 1):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+            for i in np.flatnonzero(step.dones):
+                if not first_end[i]:
+                    first_end[i] = t
+                    assert step.infos[i]["episode"]["l"] == t
+        assert first_end == lengths
+
+
+def test_final_observation_is_handed_over_at_truncation() -> None:
+    env_kwargs = {"death_steps": {"agent_0": None, "agent_1": None}, "max_steps": 3}
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2, env_kwargs=env_kwargs)) as vec_env:
+        obs = vec_env.reset()
+        for _ in range(3):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+        assert step.dones.all() and step.truncations["agent_0"].all() and not step.terminations["agent_0"].any()
+        # The episode ended on observation [t=3/3, target=(3 + 0) % 2]; the copy then reset to [0, 0].
+        assert [step.final_obs["agent_0"][i].tolist() for i in range(2)] == [[1.0, 1.0]] * 2
+        assert step.obs["agent_0"].tolist() == [[0.0, 0.0]] * 2
+
+
+def test_final_observation_is_handed_over_when_an_agent_terminates() -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        obs = vec_env.step(oracle_actions(vec_env.reset())).obs
+        step = vec_env.step(oracle_actions(obs))
+        assert step.terminations["agent_0"].all() and not step.dones.any()
+        for i in range(2):
+            np.testing.assert_array_equal(step.final_obs["agent_0"][i], np.array([2 / 6, 0.0], dtype=np.float32))
+        assert step.final_obs["agent_1"] == {} and step.final_obs["agent_2"] == {}
+
+
+def test_episode_statistics_give_team_return_agent_returns_and_length() -> None:
+    # Right actions pay 1 per step: agent_0 acts for 2 steps, agent_1 for 4, agent_2 for 6.
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
+        obs = vec_env.reset()
+        for _ in range(5):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+            assert not any("episode" in info for info in step.infos)
+        step = vec_env.step(oracle_actions(obs))
+        assert step.dones.all()
+        for info in step.infos:
+            episode = info["episode"]
+            assert episode["r"] == 12.0 and episode["l"] == 6 and episode["t"] >= 0
+            assert episode["agent_returns"] == {"agent_0": 2.0, "agent_1": 4.0, "agent_2": 6.0}
+
+
+def test_max_episode_steps_must_be_positive() -> None:
+    with closing(make_vec_env(DyingAgentsEnv)) as vec_env, pytest.raises(ValueError, match="max_episode_steps"):
+        vec_env.max_episode_steps = 0
+
+
+@pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
+def test_max_episode_steps_truncates_every_episode(vec_env_cls: str) -> None:
+    env_kwargs = {"death_steps": {"agent_0": None, "agent_1": None}, "max_steps": 100}
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls, env_kwargs=env_kwargs)) as vec_env:
+        vec_env.max_episode_steps = 2
+        obs = vec_env.reset()
+        ends = []
+        for _ in range(4):
+            step = vec_env.step(oracle_actions(obs))
+            obs = step.obs
+            ends.append(step.dones.tolist())
+            if step.dones.any():
+                assert step.truncations["agent_0"].all() and not step.terminations["agent_0"].any()
+                assert [info["episode"]["l"] for info in step.infos] == [2, 2, 2]
+        assert ends == [[False] * 3, [True] * 3, [False] * 3, [True] * 3]
+
+
+# --- Seeding --------------------------------------------------------------------------------------------------------
+
+
+def test_copy_i_is_seeded_with_seed_plus_i() -> None:
+    with closing(make_vec_env(HeterogeneousEnv, n_envs=3, seed=10)) as vec_env:
+        obs = vec_env.reset()
+        for i in range(3):
+            expected, _ = HeterogeneousEnv().reset(seed=10 + i)
+            assert_same({agent: _row(obs[agent], i) for agent in obs}, expected)
+
+
+def _row(obs: Any, i: int) -> Any:
+    return {key: value[i] for key, value in obs.items()} if isinstance(obs, dict) else obs[i]
+
+
+def test_same_seed_gives_same_data() -> None:
+    with (
+        closing(make_vec_env(VariableLengthEnv, n_envs=3, seed=5)) as first,
+        closing(make_vec_env(VariableLengthEnv, n_envs=3, seed=5)) as second,
+    ):
+        assert_same(rollout(first, 12), rollout(second, 12))
+
+
+def test_different_seeds_give_different_data() -> None:
+    with (
+        closing(make_vec_env(HeterogeneousEnv, n_envs=2, seed=5)) as first,
+        closing(make_vec_env(HeterogeneousEnv, n_envs=2, seed=6)) as second,
+    ):
+        assert not np.array_equal(first.reset()["discrete"], second.reset()["discrete"])
+
+
+SAME_DATA_ENVS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "heterogeneous": (HeterogeneousEnv, {}),
+    "dying_and_joining": (DyingAgentsEnv, {"join_steps": {"agent_2": 3}}),
+    "variable_length": (VariableLengthEnv, {"truncate": True}),
+    "simple_spread": (simple_spread_v3.parallel_env, {"N": 3, "max_cycles": 4}),
+}
+
+
+@pytest.mark.parametrize("env_name", SAME_DATA_ENVS)
+def test_dummy_and_subproc_give_identical_data(env_name: str) -> None:
+    env_fn, env_kwargs = SAME_DATA_ENVS[env_name]
+    data = {}
+    for vec_env_cls in VEC_ENV_CLASSES:
+        with closing(make_vec_env(env_fn, n_envs=3, seed=1, vec_env_cls=vec_env_cls, env_kwargs=env_kwargs)) as vec_env:
+            data[vec_env_cls] = rollout(vec_env, 10)
+    assert_same(data["subproc"], data["dummy"])
+
+
+# --- What make_vec_env accepts --------------------------------------------------------------------------------------
+
+
+def test_aec_env_is_converted_to_parallel() -> None:
+    env_kwargs = {"N": 3, "max_cycles": 3}
+    with (
+        closing(make_vec_env(simple_spread_v3.env, n_envs=2, seed=0, env_kwargs=env_kwargs)) as aec,
+        closing(make_vec_env(simple_spread_v3.parallel_env, n_envs=2, seed=0, env_kwargs=env_kwargs)) as parallel,
+    ):
+        assert_same(rollout(aec, 5), rollout(parallel, 5))
+
+
+def test_aec_env_that_cannot_run_in_parallel_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot be converted to a parallel environment"):
+        make_vec_env(tictactoe_v3.env)
+
+
+@pytest.mark.parametrize(
+    "env_fn",
+    [lambda: gym.make("CartPole-v1"), "simple_spread_v3", lambda: "simple_spread_v3"],
+    ids=["gymnasium_env", "string", "factory_of_a_string"],
+)
+def test_what_is_not_a_pettingzoo_env_is_refused(env_fn: Any) -> None:
+    with pytest.raises(TypeError, match="PettingZoo"):
+        make_vec_env(env_fn)
+
+
+def test_unknown_vec_env_class_is_refused() -> None:
+    with pytest.raises(ValueError, match="'dummy' or 'subproc'"):
+        make_vec_env(DyingAgentsEnv, vec_env_cls="threads")
+
+
+# --- get_attr, set_attr, env_method ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
+def test_get_attr_reads_each_copys_attribute(vec_env_cls: str) -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
+        vec_env.reset()
+        assert vec_env.get_attr("max_steps") == [6, 6, 6]
+        assert vec_env.get_attr("agents", indices=[2]) == [["agent_0", "agent_1", "agent_2"]]
+
+
+@pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
+def test_set_attr_changes_only_the_chosen_copies(vec_env_cls: str) -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
+        obs = vec_env.reset()
+        vec_env.set_attr("reward_scale", 10.0, indices=[0, 2])
+        step = vec_env.step(oracle_actions(obs))
+        assert step.rewards["agent_0"].tolist() == [10.0, 1.0, 10.0]
+
+
+@pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
+def test_env_method_calls_the_chosen_copies(vec_env_cls: str) -> None:
+    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
+        assert vec_env.env_method("target", "agent_1", t=2, indices=[0, 2]) == [1, 1]
+
+
+# --- Worker processes -----------------------------------------------------------------------------------------------
+
+
+def test_close_shuts_the_workers_down_cleanly() -> None:
+    vec_env = make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls="subproc")
+    assert isinstance(vec_env, SubprocMultiAgentVecEnv)
+    vec_env.reset()
+    vec_env.close()
+    assert [process.exitcode for process in vec_env.processes] == [0] * len(vec_env.processes)
+    vec_env.close()  # a second close is harmless
+    with pytest.raises(RuntimeError, match="closed"):
+        vec_env.step({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
+
+
+@pytest.mark.usefixtures("no_hang")
+@pytest.mark.parametrize(
+    ("how", "message"), [("raise", "crashed on purpose at step 2"), ("exit", "exit code 3")], ids=["raises", "exits"]
+)
+def test_crashing_worker_raises_in_the_parent(how: str, message: str) -> None:
+    vec_env = make_vec_env(CrashingEnv, n_envs=2, vec_env_cls="subproc", env_kwargs={"how": how})
+    assert isinstance(vec_env, SubprocMultiAgentVecEnv)
+    vec_env.reset()
+    actions = {agent: np.zeros(2, dtype=np.int64) for agent in vec_env.possible_agents}
+    vec_env.step(actions)
+    with pytest.raises(RuntimeError, match=message):
+        vec_env.step(actions)
+    assert vec_env.closed and not any(process.is_alive() for process in vec_env.processes)
+
+
+# --- The test envs are well-formed PettingZoo envs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make_env",
+    [
+        DyingAgentsEnv,
+        lambda: DyingAgentsEnv(join_steps={"agent_2": 2}),
+        HeterogeneousEnv,
+        VariableLengthEnv,
+        CartPoleParallelEnv,
+    ],
+    ids=["dying", "joining", "heterogeneous", "variable_length", "cartpole"],
+)
+def test_test_envs_pass_the_pettingzoo_parallel_api_test(make_env: Callable[[], Any]) -> None:
+    parallel_api_test(make_env(), num_cycles=600)
+
+
+def test_cartpole_parallel_env_is_gymnasium_cartpole() -> None:
+    env, cartpole = CartPoleParallelEnv(), gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=3)
+    expected, _ = cartpole.reset(seed=3)
+    np.testing.assert_array_equal(obs["cartpole"], expected)
+    for _ in range(200):
+        obs, rewards, terminations, truncations, _ = env.step({"cartpole": 1})
+        expected, reward, terminated, truncated, _ = cartpole.step(1)
+        np.testing.assert_array_equal(obs["cartpole"], expected)
+        assert (rewards["cartpole"], terminations["cartpole"], truncations["cartpole"]) == (reward, terminated, truncated)
+        if terminated or truncated:
+            break
+    assert env.agents == [], "the agent leaves when CartPole's episode ends"
+
+
+def test_vectorized_step_returns_a_multi_agent_step() -> None:
+    with closing(make_vec_env(CartPoleParallelEnv, n_envs=2, seed=0)) as vec_env:
+        vec_env.reset()
+        step = vec_env.step({"cartpole": np.array([0, 1])})
+        assert isinstance(step, MultiAgentStep) and step.obs["cartpole"].shape == (2, 4)
