@@ -1,0 +1,212 @@
+"""The per-agent episode buffer: whole trajectories, stamped with the policy version that collected them.
+
+One :class:`AgentEpisodeBuffer` per agent. During collection it keeps one open trajectory per env copy and
+closes it when the agent's episode ends (terminated or truncated) or when ``rollout_len`` cuts it. Finished
+trajectories wait in arrival order until an update drains them; stale ones (collected by a policy more than
+``max_version_lag`` versions old) are dropped and counted, never trained on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sb3_ippo.vec_env import ObsArray
+
+
+@dataclass
+class Trajectory:
+    """One agent's trajectory, in time order.
+
+    :param observations: ``(T, *obs_shape)`` (or a dict of such arrays), raw as the env gave them.
+    :param actions: ``(T, *action_shape)``, as the policy sampled them (before clipping to the action space).
+    :param rewards: ``(T,)``.
+    :param values: ``(T,)`` value-head outputs at collection time.
+    :param log_probs: ``(T,)`` log pi(a|s) at collection time.
+    :param terminated: True if the episode reached a terminal state: the trajectory bootstraps 0.
+    :param bootstrap_obs: The observation after the last step, for a truncated or cut trajectory (bootstraps
+        V(bootstrap_obs)); None when terminated.
+    :param policy_version: The oldest policy version among the steps.
+    """
+
+    observations: ObsArray
+    actions: np.ndarray
+    rewards: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    terminated: bool
+    bootstrap_obs: Any
+    policy_version: int
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass
+class _OpenTrajectory:
+    policy_version: int
+    observations: list[Any] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+
+    def close(self, terminated: bool, bootstrap_obs: Any) -> Trajectory:
+        return Trajectory(
+            observations=stack_obs(self.observations),
+            actions=np.stack(self.actions),
+            rewards=np.asarray(self.rewards, dtype=np.float32),
+            values=np.asarray(self.values, dtype=np.float32),
+            log_probs=np.asarray(self.log_probs, dtype=np.float32),
+            terminated=terminated,
+            bootstrap_obs=None if terminated else bootstrap_obs,
+            policy_version=self.policy_version,
+        )
+
+
+def stack_obs(observations: Sequence[Any]) -> ObsArray:
+    """Stack per-step observations (arrays, or dicts of arrays) along a new first axis."""
+    if isinstance(observations[0], dict):
+        return {key: np.stack([obs[key] for obs in observations]) for key in observations[0]}
+    return np.stack(observations)
+
+
+def concat_obs(observations: Sequence[ObsArray]) -> ObsArray:
+    """Concatenate batches of observations (arrays, or dicts of arrays) along the first axis."""
+    if isinstance(observations[0], dict):
+        return {key: np.concatenate([obs[key] for obs in observations]) for key in observations[0]}  # type: ignore[index]
+    return np.concatenate(observations)  # type: ignore[arg-type]
+
+
+def _row(obs: ObsArray, env_idx: int) -> Any:
+    if isinstance(obs, dict):
+        return {key: value[env_idx] for key, value in obs.items()}
+    return obs[env_idx]
+
+
+class AgentEpisodeBuffer:
+    """Whole trajectories of one agent, from ``n_envs`` env copies.
+
+    :param n_envs: Number of env copies feeding the buffer.
+    :param rollout_len: Cut an open trajectory after this many steps; the chunk bootstraps from V(next obs).
+        None: trajectories end only with the agent's episode.
+    :param max_buffered_episodes: At most this many finished trajectories wait for an update; more are
+        rejected and counted in ``rejected_episodes``. None: unbounded.
+    """
+
+    def __init__(self, n_envs: int, rollout_len: int | None = None, max_buffered_episodes: int | None = None) -> None:
+        if rollout_len is not None and rollout_len < 1:
+            raise ValueError(f"rollout_len must be a positive number of steps or None, got {rollout_len}")
+        if max_buffered_episodes is not None and max_buffered_episodes < 1:
+            raise ValueError(f"max_buffered_episodes must be positive or None, got {max_buffered_episodes}")
+        self.n_envs = n_envs
+        self.rollout_len = rollout_len
+        self.max_buffered_episodes = max_buffered_episodes
+        self._open: list[_OpenTrajectory | None] = [None] * n_envs
+        self.finished: deque[Trajectory] = deque()
+        self.stale_episodes_dropped = 0
+        self.rejected_episodes = 0
+
+    def add(
+        self,
+        acted: np.ndarray,
+        obs: ObsArray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        values: np.ndarray,
+        log_probs: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        next_obs: ObsArray,
+        final_obs: dict[int, Any],
+        policy_version: int,
+        max_version_lag: int | None = None,
+    ) -> None:
+        """Record one vectorized step of this agent. Every array has ``n_envs`` rows.
+
+        :param acted: Which copies the agent acted in; the other rows are ignored.
+        :param obs: The observations the agent acted on.
+        :param next_obs: The observations it acts on next (the bootstrap of a trajectory cut by ``rollout_len``).
+        :param final_obs: ``{env_idx: observation}`` for the copies where the agent's episode ended in this step
+            (the bootstrap of a truncated trajectory; if the env gave none, the last observation stands in).
+        :param policy_version: The version of the policy that acted.
+        :param max_version_lag: Used to make room for new trajectories when the buffer is full: stale ones go first.
+        """
+        for env_idx in np.flatnonzero(acted):
+            trajectory = self._open[env_idx]
+            if trajectory is None:
+                trajectory = self._open[env_idx] = _OpenTrajectory(policy_version)
+            trajectory.observations.append(_row(obs, env_idx))
+            trajectory.actions.append(actions[env_idx])
+            trajectory.rewards.append(float(rewards[env_idx]))
+            trajectory.values.append(float(values[env_idx]))
+            trajectory.log_probs.append(float(log_probs[env_idx]))
+            if terminations[env_idx]:
+                self._finish(env_idx, True, None, policy_version, max_version_lag)
+            elif truncations[env_idx]:
+                bootstrap = final_obs.get(env_idx)
+                if bootstrap is None:
+                    bootstrap = trajectory.observations[-1]
+                self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
+            elif self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
+                self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag)
+
+    def _finish(
+        self, env_idx: int, terminated: bool, bootstrap_obs: Any, policy_version: int, max_version_lag: int | None
+    ) -> None:
+        trajectory = self._open[env_idx]
+        assert trajectory is not None
+        self._open[env_idx] = None
+        if self.max_buffered_episodes is not None and len(self.finished) >= self.max_buffered_episodes:
+            if max_version_lag is not None:
+                self.drop_stale(policy_version, max_version_lag)
+            if len(self.finished) >= self.max_buffered_episodes:
+                self.rejected_episodes += 1
+                return
+        self.finished.append(trajectory.close(terminated, bootstrap_obs))
+
+    def drop_open(self) -> None:
+        """Forget the trajectories in progress (the env copies were reset behind the buffer's back)."""
+        self._open = [None] * self.n_envs
+
+    @staticmethod
+    def is_stale(trajectory: Trajectory, current_version: int, max_version_lag: int) -> bool:
+        return current_version - trajectory.policy_version > max_version_lag
+
+    def drop_stale(self, current_version: int, max_version_lag: int) -> int:
+        """Drop (and count) every finished trajectory that is stale at ``current_version``. Returns how many."""
+        fresh = deque(t for t in self.finished if not self.is_stale(t, current_version, max_version_lag))
+        dropped = len(self.finished) - len(fresh)
+        self.finished = fresh
+        self.stale_episodes_dropped += dropped
+        return dropped
+
+    def fresh_counts(self, current_version: int, max_version_lag: int) -> tuple[int, int]:
+        """Number of finished trajectories, and of their transitions, that are not stale at ``current_version``."""
+        fresh = [len(t) for t in self.finished if not self.is_stale(t, current_version, max_version_lag)]
+        return len(fresh), sum(fresh)
+
+    def is_ready(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+        """Whether enough fresh finished trajectories wait: ``n_steps`` transitions if set, else ``n_episodes``."""
+        episodes, steps = self.fresh_counts(current_version, max_version_lag)
+        return steps >= n_steps if n_steps is not None else episodes >= n_episodes
+
+    def drain(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> list[Trajectory]:
+        """Drop the stale trajectories, then take the oldest fresh ones: enough to cover ``n_steps`` transitions if
+        set, else ``n_episodes`` trajectories. The excess stays for the next update."""
+        self.drop_stale(current_version, max_version_lag)
+        batch: list[Trajectory] = []
+        n_transitions = 0
+        while self.finished:
+            if n_steps is not None and n_transitions >= n_steps:
+                break
+            if n_steps is None and len(batch) >= n_episodes:
+                break
+            trajectory = self.finished.popleft()
+            batch.append(trajectory)
+            n_transitions += len(trajectory)
+        return batch

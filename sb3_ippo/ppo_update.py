@@ -1,0 +1,305 @@
+"""The PPO update of one agent's policy on a batch of its drained trajectories.
+
+The update runs in two steps, each a function:
+
+1. :func:`build_batch` -- fresh-value GAE: recompute V(s) for every observation and bootstrap observation with
+   the agent's *current* value network (and log pi_old(a|s) with its current policy), then compute GAE.
+2. :func:`ppo_update` -- up to ``n_epochs`` passes of clipped-surrogate PPO over sequential minibatches, with
+   SB3's loss conventions, stopping all remaining passes once a minibatch's approximate KL exceeds
+   ``1.5 * target_kl``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from torch.nn import functional as F
+
+from sb3_ippo.buffer import Trajectory, concat_obs, stack_obs
+from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+
+TensorObs = th.Tensor | dict[str, th.Tensor]
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    bootstrap_values: np.ndarray,
+    lengths: Sequence[int],
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over trajectories laid end to end.
+
+    :param rewards: ``(T,)`` rewards of all trajectories, concatenated.
+    :param values: ``(T,)`` V(s_t) on the return scale.
+    :param bootstrap_values: ``(n_trajectories,)`` the value after each trajectory's last step: 0 for a
+        terminated trajectory, V(s_T) for a truncated or cut one.
+    :param lengths: The trajectories' lengths, summing to T.
+    :return: advantages and returns (``advantages + values``), each ``(T,)``.
+    """
+    ends = np.cumsum(lengths) - 1
+    next_values = np.empty_like(values)
+    next_values[:-1] = values[1:]
+    next_values[ends] = bootstrap_values
+    continues = np.ones_like(values)
+    continues[ends] = 0.0
+    deltas = rewards + gamma * next_values - values
+    decay = gamma * gae_lambda * continues
+    advantages = np.zeros_like(values)
+    last_advantage = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        last_advantage = deltas[t] + decay[t] * last_advantage
+        advantages[t] = last_advantage
+    return advantages, advantages + values
+
+
+@dataclass
+class AgentBatch:
+    """One agent's training batch, in stored order (trajectories end to end). Tensors on the policy's device.
+
+    ``old_values`` are on the value head's scale (normalized when returns are normalized), and so are
+    ``returns``, the value targets.
+    """
+
+    observations: TensorObs
+    actions: th.Tensor
+    old_log_prob: th.Tensor
+    old_values: th.Tensor
+    advantages: th.Tensor
+    returns: th.Tensor
+    n_trajectories: int
+
+    def __len__(self) -> int:
+        return len(self.advantages)
+
+    def select(self, indices: slice | th.Tensor) -> AgentBatch:
+        observations = (
+            {key: obs[indices] for key, obs in self.observations.items()}
+            if isinstance(self.observations, dict)
+            else self.observations[indices]
+        )
+        return AgentBatch(
+            observations=observations,
+            actions=self.actions[indices],
+            old_log_prob=self.old_log_prob[indices],
+            old_values=self.old_values[indices],
+            advantages=self.advantages[indices],
+            returns=self.returns[indices],
+            n_trajectories=self.n_trajectories,
+        )
+
+
+def actions_as_tensor(actions: np.ndarray, action_space: spaces.Space, device: th.device) -> th.Tensor:
+    """Actions in the form ``ActorCriticPolicy.evaluate_actions`` takes (SB3 PPO's conventions)."""
+    tensor = th.as_tensor(actions, device=device)
+    if isinstance(action_space, spaces.Discrete):
+        return tensor.long().flatten()
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return tensor.long().reshape(len(tensor), -1)
+    return tensor.float().reshape(len(tensor), -1)
+
+
+@th.no_grad()
+def recompute(policy: ActorCriticPolicy, observations: TensorObs, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+    """V(s) and log pi(a|s) under the current policy, in one batched forward pass."""
+    values, log_prob, _ = policy.evaluate_actions(observations, actions)
+    return values.flatten(), log_prob.flatten()
+
+
+def build_batch(
+    policy: ActorCriticPolicy,
+    trajectories: Sequence[Trajectory],
+    gamma: float,
+    gae_lambda: float,
+    recompute_values: bool = True,
+    recompute_log_prob: bool = True,
+    obs_normalizer: ObservationNormalizer | None = None,
+    return_normalizer: ReturnNormalizer | None = None,
+) -> AgentBatch:
+    """Turn drained trajectories into a training batch, with fresh-value GAE.
+
+    Observations are normalized with the current statistics. With ``recompute_values``, V(s_t) and the
+    bootstrap V(s_T) of every truncated or cut trajectory come from the current value network; otherwise the
+    values stored at collection time are used (bootstrap values, never stored, still come from the current
+    network). With ``recompute_log_prob``, log pi_old(a|s) comes from the current policy, so the first
+    minibatch's ratio is exactly 1. With ``return_normalizer``, value-head outputs are de-normalized before
+    GAE, then the statistics are updated with the new returns, and the targets are the normalized returns.
+    """
+    device = policy.device
+    lengths = [len(trajectory) for trajectory in trajectories]
+    raw_obs = concat_obs([trajectory.observations for trajectory in trajectories])
+    if obs_normalizer is not None:
+        raw_obs = obs_normalizer.normalize(raw_obs)
+    observations = obs_as_tensor(raw_obs, device)
+    actions = actions_as_tensor(np.concatenate([t.actions for t in trajectories]), policy.action_space, device)
+    rewards = np.concatenate([trajectory.rewards for trajectory in trajectories])
+
+    if recompute_values or recompute_log_prob:
+        fresh_values, fresh_log_prob = recompute(policy, observations, actions)
+    head_values = (
+        fresh_values.cpu().numpy()
+        if recompute_values
+        else np.concatenate([trajectory.values for trajectory in trajectories])
+    )
+    old_log_prob = (
+        fresh_log_prob
+        if recompute_log_prob
+        else th.as_tensor(np.concatenate([trajectory.log_probs for trajectory in trajectories]), device=device)
+    )
+
+    bootstrap_values = np.zeros(len(trajectories), dtype=np.float32)
+    truncated = [i for i, trajectory in enumerate(trajectories) if not trajectory.terminated]
+    if truncated:
+        bootstrap_obs = stack_obs([trajectories[i].bootstrap_obs for i in truncated])
+        if obs_normalizer is not None:
+            bootstrap_obs = obs_normalizer.normalize(bootstrap_obs)
+        with th.no_grad():
+            bootstrap_values[truncated] = policy.predict_values(obs_as_tensor(bootstrap_obs, device)).flatten().cpu().numpy()
+
+    values = head_values
+    if return_normalizer is not None:
+        values = return_normalizer.denormalize(head_values)
+        bootstrap_values = return_normalizer.denormalize(bootstrap_values)
+    advantages, returns = compute_gae(rewards, values, bootstrap_values, lengths, gamma, gae_lambda)
+    if return_normalizer is not None:
+        return_normalizer.update(returns)
+        returns = return_normalizer.normalize(returns)
+
+    return AgentBatch(
+        observations=observations,
+        actions=actions,
+        old_log_prob=old_log_prob.float(),
+        old_values=th.as_tensor(head_values, dtype=th.float32, device=device),
+        advantages=th.as_tensor(advantages, dtype=th.float32, device=device),
+        returns=th.as_tensor(returns, dtype=th.float32, device=device),
+        n_trajectories=len(trajectories),
+    )
+
+
+@dataclass
+class UpdateStats:
+    """What one agent's update did, measured on its whole batch before and after the update."""
+
+    policy_loss: float
+    policy_loss_delta: float
+    value_loss: float
+    value_loss_delta: float
+    approx_kl: float
+    entropy_loss: float
+    clip_fraction: float
+    explained_variance: float
+    n_epochs_run: int
+    n_transitions: int
+    n_trajectories: int
+
+
+@dataclass
+class _Losses:
+    policy_loss: th.Tensor
+    value_loss: th.Tensor
+    entropy_loss: th.Tensor
+    approx_kl: th.Tensor
+    clip_fraction: th.Tensor
+    values: th.Tensor
+
+
+def _losses(
+    policy: ActorCriticPolicy, batch: AgentBatch, advantages: th.Tensor, clip_range: float, clip_range_vf: float | None
+) -> _Losses:
+    """SB3 PPO's losses on ``batch`` (with gradients, when enabled)."""
+    values, log_prob, entropy = policy.evaluate_actions(batch.observations, batch.actions)
+    values = values.flatten()
+    log_ratio = log_prob - batch.old_log_prob
+    ratio = th.exp(log_ratio)
+    policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+    if clip_range_vf is None:
+        values_pred = values
+    else:
+        values_pred = batch.old_values + th.clamp(values - batch.old_values, -clip_range_vf, clip_range_vf)
+    value_loss = F.mse_loss(batch.returns, values_pred)
+    # Without an analytic entropy, approximate it by -log pi(a|s), as SB3 does.
+    entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
+    with th.no_grad():
+        approx_kl = th.mean((ratio - 1) - log_ratio)
+        clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float())
+    return _Losses(policy_loss, value_loss, entropy_loss, approx_kl, clip_fraction, values)
+
+
+def ppo_update(
+    policy: ActorCriticPolicy,
+    batch: AgentBatch,
+    n_epochs: int,
+    batch_size: int | None = None,
+    clip_range: float = 0.2,
+    clip_range_vf: float | None = None,
+    normalize_advantage: bool = True,
+    ent_coef: float = 0.0,
+    vf_coef: float = 0.5,
+    max_grad_norm: float | None = 0.5,
+    target_kl: float | None = 0.01,
+    shuffle_minibatches: bool = False,
+) -> UpdateStats:
+    """Up to ``n_epochs`` passes of PPO over ``batch`` with the policy's own optimizer.
+
+    Minibatches of ``batch_size`` (None: the whole batch) are taken in stored order, or shuffled each pass with
+    ``shuffle_minibatches``. Advantages are normalized once over the whole batch. Before each gradient step, if
+    the minibatch's approximate KL exceeds ``1.5 * target_kl``, the step is skipped and all remaining passes are
+    stopped (as SB3 PPO and the reference do). ``n_epochs_run`` counts the passes that made a gradient step.
+    """
+    advantages = batch.advantages
+    if normalize_advantage and len(advantages) > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    n_transitions = len(batch)
+    minibatch_size = n_transitions if batch_size is None else batch_size
+
+    with th.no_grad():
+        before = _losses(policy, batch, advantages, clip_range, clip_range_vf)
+
+    policy.set_training_mode(True)
+    n_epochs_run = 0
+    stop = False
+    for _ in range(n_epochs):
+        order = th.randperm(n_transitions, device=batch.advantages.device) if shuffle_minibatches else None
+        stepped = False
+        for start in range(0, n_transitions, minibatch_size):
+            end = start + minibatch_size
+            indices = slice(start, end) if order is None else order[start:end]
+            minibatch = batch.select(indices)
+            losses = _losses(policy, minibatch, advantages[indices], clip_range, clip_range_vf)
+            if target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl:
+                stop = True
+                break
+            loss = losses.policy_loss + ent_coef * losses.entropy_loss + vf_coef * losses.value_loss
+            policy.optimizer.zero_grad()
+            loss.backward()
+            if max_grad_norm is not None:
+                th.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            policy.optimizer.step()
+            stepped = True
+        n_epochs_run += int(stepped)
+        if stop:
+            break
+
+    policy.set_training_mode(False)
+    with th.no_grad():
+        after = _losses(policy, batch, advantages, clip_range, clip_range_vf)
+    return UpdateStats(
+        policy_loss=after.policy_loss.item(),
+        policy_loss_delta=(after.policy_loss - before.policy_loss).item(),
+        value_loss=after.value_loss.item(),
+        value_loss_delta=(after.value_loss - before.value_loss).item(),
+        approx_kl=after.approx_kl.item(),
+        entropy_loss=after.entropy_loss.item(),
+        clip_fraction=after.clip_fraction.item(),
+        explained_variance=float(explained_variance(batch.old_values.cpu().numpy(), batch.returns.cpu().numpy())),
+        n_epochs_run=n_epochs_run,
+        n_transitions=n_transitions,
+        n_trajectories=batch.n_trajectories,
+    )
