@@ -1,0 +1,128 @@
+"""Agent-steps per second of the multi-agent vectorized env, against a plain Python loop over raw envs.
+
+Steps ``--n-envs`` copies of mpe2 ``simple_spread_v3`` (N=3, max_cycles=25) with random actions three ways:
+through ``make_vec_env(..., vec_env_cls="dummy")``, through ``vec_env_cls="subproc"``, and through a plain loop
+over raw parallel envs that resets each env at the end of its episode. The variants take turns, in a rotating
+order, for ``--rounds`` rounds of ``--steps`` vectorized steps each; the figure of each variant is its median
+over the rounds. All variants read their actions from one pre-generated array, so the figures compare the env
+layers, not the ways of drawing actions.
+
+    python benchmarks/env_throughput.py [--rounds 5] [--steps 2000] [--n-envs 8]
+
+Targets (issue 2): dummy >= 0.7x the plain loop, subproc > 1.0x (on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import numpy as np
+from gymnasium import spaces
+from mpe2 import simple_spread_v3
+from pettingzoo import ParallelEnv
+
+from sb3_ippo import make_vec_env
+from sb3_ippo.vec_env import MultiAgentVecEnv
+
+ENV_KWARGS = {"N": 3, "max_cycles": 25}
+
+
+def make_env() -> ParallelEnv:
+    return simple_spread_v3.parallel_env(**ENV_KWARGS)
+
+
+def run_plain(envs: list[ParallelEnv], actions: np.ndarray, agent_index: dict[str, int]) -> int:
+    """Step raw parallel envs one after the other, each resetting itself at episode end; return the agent-steps."""
+    agent_steps = 0
+    for t in range(len(actions)):
+        for i, env in enumerate(envs):
+            agent_steps += len(env.agents)
+            env.step({agent: actions[t, i, agent_index[agent]] for agent in env.agents})
+            if not env.agents:
+                env.reset()
+    return agent_steps
+
+
+def run_layer(vec_env: MultiAgentVecEnv, actions: np.ndarray, agent_index: dict[str, int]) -> int:
+    """Step the vectorized env (it resets its copies itself); return the agent-steps."""
+    agent_steps = 0
+    alive = vec_env.alive
+    for t in range(len(actions)):
+        agent_steps += sum(int(mask.sum()) for mask in alive.values())
+        alive = vec_env.step({agent: actions[t, :, j] for agent, j in agent_index.items()}).alive
+    return agent_steps
+
+
+def measure(run: Callable[[np.ndarray], int], actions: np.ndarray) -> float:
+    start = time.perf_counter()
+    agent_steps = run(actions)
+    return agent_steps / (time.perf_counter() - start)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every variant (median is reported)")
+    parser.add_argument("--steps", type=int, default=2000, help="vectorized steps per round and variant")
+    parser.add_argument("--n-envs", type=int, default=8, help="env copies")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Run the benchmark, print the table, and return the median agent-steps/s of each variant."""
+    args = parse_args(argv)
+    n_envs = args.n_envs
+    envs = [make_env() for _ in range(n_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=args.seed + i)
+    agents = list(envs[0].possible_agents)
+    agent_index = {agent: j for j, agent in enumerate(agents)}
+    action_space = envs[0].action_space(agents[0])
+    assert isinstance(action_space, spaces.Discrete)
+    n_actions = int(action_space.n)
+    rng = np.random.default_rng(args.seed)
+    # One block of actions per round, shared by all variants: (steps, n_envs, n_agents).
+    action_blocks = [rng.integers(0, n_actions, size=(args.steps, n_envs, len(agents))) for _ in range(args.rounds)]
+
+    vec_envs = {
+        name: make_vec_env(simple_spread_v3.parallel_env, n_envs, seed=args.seed, vec_env_cls=name, env_kwargs=ENV_KWARGS)
+        for name in ("dummy", "subproc")
+    }
+    runs: dict[str, Callable[[np.ndarray], int]] = {"plain": partial(run_plain, envs, agent_index=agent_index)}
+    for name, vec_env in vec_envs.items():
+        vec_env.reset()
+        runs[name] = partial(run_layer, vec_env, agent_index=agent_index)
+
+    try:
+        warm_up = action_blocks[0][: min(50, args.steps)]
+        for run in runs.values():
+            run(warm_up)
+        rates: dict[str, list[float]] = {name: [] for name in runs}
+        names = list(runs)
+        for round_idx, actions in enumerate(action_blocks):
+            # Rotate the order, so that no variant always runs first (or right after another's clean-up).
+            for name in names[round_idx % len(names) :] + names[: round_idx % len(names)]:
+                rates[name].append(measure(runs[name], actions))
+    finally:
+        for vec_env in vec_envs.values():
+            vec_env.close()
+
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(
+        f"simple_spread_v3 {ENV_KWARGS}, {n_envs} copies, random actions: {args.rounds} rounds x {args.steps} steps, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(f"{'variant':<10}{'agent-steps/s (median)':>24}{'min':>12}{'max':>12}{'vs plain':>10}")
+    for name in ("plain", "dummy", "subproc"):
+        ratio = medians[name] / medians["plain"]
+        print(f"{name:<10}{medians[name]:>24,.0f}{min(rates[name]):>12,.0f}{max(rates[name]):>12,.0f}{ratio:>9.2f}x")
+    return medians
+
+
+if __name__ == "__main__":
+    main()
