@@ -63,7 +63,7 @@ class _OpenTrajectory:
             values=np.asarray(self.values, dtype=np.float32),
             log_probs=np.asarray(self.log_probs, dtype=np.float32),
             terminated=terminated,
-            bootstrap_obs=None if terminated else bootstrap_obs,
+            bootstrap_obs=None if terminated else copy_row(bootstrap_obs),
             policy_version=self.policy_version,
         )
 
@@ -80,6 +80,13 @@ def concat_obs(observations: Sequence[ObsArray]) -> ObsArray:
     if isinstance(observations[0], dict):
         return {key: np.concatenate([obs[key] for obs in observations]) for key in observations[0]}  # type: ignore[index]
     return np.concatenate(observations)  # type: ignore[arg-type]
+
+
+def copy_row(obs: Any) -> Any:
+    """A copy of one observation (an array, or a dict of arrays)."""
+    if isinstance(obs, dict):
+        return {key: np.array(value, copy=True) for key, value in obs.items()}
+    return np.array(obs, copy=True)
 
 
 def _row(obs: ObsArray, env_idx: int) -> Any:
@@ -132,11 +139,12 @@ class AgentEpisodeBuffer:
         :param obs: The observations the agent acted on.
         :param next_obs: The observations it acts on next (the bootstrap of a trajectory cut by ``rollout_len``).
         :param final_obs: ``{env_idx: observation}`` for the copies where the agent's episode ended in this step
-            (the bootstrap of a truncated trajectory; if the env gave none, the last observation stands in).
+            (the bootstrap of a truncated trajectory; if the env gave none, the last observation stands in). The
+            buffer keeps a copy: the env may reuse its arrays.
         :param policy_version: The version of the policy that acted.
         :param max_version_lag: Used to make room for new trajectories when the buffer is full: stale ones go first.
         """
-        for env_idx in np.flatnonzero(acted):
+        for env_idx in np.flatnonzero(acted).tolist():
             trajectory = self._open[env_idx]
             if trajectory is None:
                 trajectory = self._open[env_idx] = _OpenTrajectory(policy_version)

@@ -30,12 +30,12 @@ class ObservationNormalizer:
         self.obs_rms: RunningMeanStd | dict[str, RunningMeanStd] | None
         if isinstance(observation_space, spaces.Dict):
             self.obs_rms = {
-                key: RunningMeanStd(shape=space.shape)
+                key: RunningMeanStd(shape=space.shape or ())
                 for key, space in observation_space.spaces.items()
                 if _normalizable(space)
             }
         elif _normalizable(observation_space):
-            self.obs_rms = RunningMeanStd(shape=observation_space.shape)
+            self.obs_rms = RunningMeanStd(shape=observation_space.shape or ())
         else:
             self.obs_rms = None
 

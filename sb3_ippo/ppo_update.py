@@ -166,7 +166,8 @@ def build_batch(
     values = head_values
     if return_normalizer is not None:
         values = return_normalizer.denormalize(head_values)
-        bootstrap_values = return_normalizer.denormalize(bootstrap_values)
+        # Only network outputs are on the normalized scale: a terminated trajectory bootstraps 0 on the return scale.
+        bootstrap_values[truncated] = return_normalizer.denormalize(bootstrap_values[truncated])
     advantages, returns = compute_gae(rewards, values, bootstrap_values, lengths, gamma, gae_lambda)
     if return_normalizer is not None:
         return_normalizer.update(returns)
