@@ -124,6 +124,7 @@ class IPPO(BaseAlgorithm):
     :param max_episode_steps: Truncate every episode after this many env steps (None: the env decides).
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
+        Without ``n_steps``, it must be at least ``n_episodes``, or no update could ever be due.
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``.
@@ -250,6 +251,11 @@ class IPPO(BaseAlgorithm):
                 raise ValueError(f"{name} must be a positive integer{none}, got {value!r}")
         if not isinstance(self.max_version_lag, (int, np.integer)) or self.max_version_lag < 0:
             raise ValueError(f"max_version_lag must be a non-negative integer, got {self.max_version_lag!r}")
+        if self.n_steps is None and self.max_buffered_episodes is not None and self.max_buffered_episodes < self.n_episodes:
+            # No update could ever be due: collection would reject trajectories forever.
+            raise ValueError(
+                f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes ({self.n_episodes})"
+            )
         if self.target_kl is not None and self.target_kl <= 0:
             raise ValueError(f"target_kl must be positive or None, got {self.target_kl}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
@@ -273,6 +279,14 @@ class IPPO(BaseAlgorithm):
                 self.policy_class, MultiInputActorCriticPolicy
             ):
                 raise ValueError(f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy', not {policy_name}")
+            if issubclass(self.policy_class, MultiInputActorCriticPolicy) and not isinstance(
+                observation_spaces[agent], spaces.Dict
+            ):
+                # Otherwise SB3's CombinedExtractor fails with an AttributeError on the space.
+                raise ValueError(
+                    f"Agent {agent!r} has the observation space {observation_spaces[agent]}, not a Dict: {policy_name} "
+                    "('MultiInputPolicy') needs Dict observations for every agent"
+                )
 
     def _use_env(self, env: MultiAgentVecEnv) -> None:
         """Adopt ``env``: its agents and spaces define (or, once defined, must match) the model's."""
