@@ -56,7 +56,7 @@ def run_layer(vec_env: MultiAgentVecEnv, actions: np.ndarray, agent_index: dict[
     alive = vec_env.alive
     for t in range(len(actions)):
         agent_steps += sum(int(mask.sum()) for mask in alive.values())
-        alive = vec_env.step({agent: actions[t, :, j] for agent, j in agent_index.items()}).alive
+        alive = vec_env.step_agents({agent: actions[t, :, j] for agent, j in agent_index.items()}).alive
     return agent_steps
 
 

@@ -19,14 +19,15 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
-from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices, VecEnvStepReturn
 
 AgentID = str
 ObsArray = np.ndarray | dict[str, np.ndarray]
 
 
 class MultiAgentStep(NamedTuple):
-    """What one vectorized step returns. Every per-agent array has ``n_envs`` rows.
+    """What one vectorized step returns (``MultiAgentVecEnv.step_agents``). Every per-agent array has ``n_envs`` rows.
 
     ``rewards``, ``terminations`` and ``truncations`` are meaningful only where the agent acted in this step
     (zero/False elsewhere). ``final_obs[agent][env_idx]`` is the observation an agent's trajectory ended on in
@@ -43,6 +44,11 @@ class MultiAgentStep(NamedTuple):
     dones: np.ndarray
     infos: list[dict[str, Any]]
     final_obs: dict[AgentID, dict[int, Any]]
+
+    @property
+    def team_rewards(self) -> np.ndarray:
+        """``(n_envs,)``: the sum of the agents' rewards in each copy."""
+        return np.sum(list(self.rewards.values()), axis=0, dtype=np.float32).reshape(-1)
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -298,15 +304,24 @@ class MultiAgentVecEnv(VecEnv):
                 per_copy[env_idx][agent] = int(agent_actions[env_idx]) if discrete else agent_actions[env_idx]
         return per_copy
 
-    def step(self, actions: dict[AgentID, np.ndarray]) -> MultiAgentStep:  # type: ignore[override]
-        """Step every copy with ``{agent_id: actions (n_envs, *act_shape)}``; rows of agents that are not alive are ignored."""
-        self.step_async(actions)  # type: ignore[arg-type]
-        return self.step_wait()
+    def step_agents(self, actions: dict[AgentID, np.ndarray]) -> MultiAgentStep:
+        """Step every copy with ``{agent_id: actions (n_envs, *act_shape)}``, with the per-agent detail.
+
+        Rows of agents that are not alive are ignored. ``step(actions)`` does the same step and returns SB3's
+        ``(obs, team_rewards, dones, infos)`` instead.
+        """
+        self.step_async(actions)
+        return self._wait_agents()
 
     def step_async(self, actions: dict[AgentID, np.ndarray]) -> None:  # type: ignore[override]
         self._actions = actions
 
-    def step_wait(self) -> MultiAgentStep:  # type: ignore[override]
+    def step_wait(self) -> VecEnvStepReturn:
+        """SB3's step result: ``(obs, team_rewards, dones, infos)``; ``team_rewards[i]`` sums copy i's agents' rewards."""
+        step = self._wait_agents()
+        return step.obs, step.team_rewards, step.dones, step.infos  # type: ignore[return-value]
+
+    def _wait_agents(self) -> MultiAgentStep:
         raise NotImplementedError
 
     def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
@@ -314,8 +329,9 @@ class MultiAgentVecEnv(VecEnv):
         raise NotImplementedError
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        # PettingZoo envs are not gymnasium envs: no gymnasium wrapper can be around them.
-        return [False for _ in self._get_indices(indices)]
+        # PettingZoo envs are not gymnasium envs: no gymnasium wrapper can be around them. But every copy records
+        # Monitor-style episode statistics (team return), which is what SB3's evaluation asks Monitor for.
+        return [wrapper_class is Monitor for _ in self._get_indices(indices)]
 
     def _get_indices(self, indices: VecEnvIndices) -> list[int]:
         if indices is None:
@@ -352,8 +368,8 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         ]
         return self._collect_reset(results)
 
-    def step_wait(self) -> MultiAgentStep:  # type: ignore[override]
-        assert self._actions is not None, "step_async must be called before step_wait"
+    def _wait_agents(self) -> MultiAgentStep:
+        assert self._actions is not None, "step_async must be called before step_agents or step_wait"
         per_copy = self._split_actions(self._actions)
         self._actions = None
         return self._collect_step(
@@ -527,7 +543,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         for remote, env_slice in zip(self.remotes, self._slices, strict=True):
             remote.send(("step", [per_copy[i] for i in env_slice]))
 
-    def step_wait(self) -> MultiAgentStep:  # type: ignore[override]
+    def _wait_agents(self) -> MultiAgentStep:
         results = [result for worker in range(len(self.remotes)) for result in self._receive(worker)]
         return self._collect_step(results)
 

@@ -61,7 +61,7 @@ def rollout(vec_env: MultiAgentVecEnv, n_steps: int, action_seed: int = 0) -> li
     sample = action_sampler(vec_env, action_seed)
     data: list[Any] = [vec_env.reset()]
     for _ in range(n_steps):
-        step = vec_env.step(sample())
+        step = vec_env.step_agents(sample())
         data.append(step._replace(infos=without_wall_time(step.infos)))
     return data
 
@@ -124,7 +124,7 @@ def test_simple_spread_data_is_the_raw_envs_data(continuous_actions: bool) -> No
                 for agent in vec_env.possible_agents:
                     np.testing.assert_array_equal(obs[agent][i], raw_obs[i][agent])
             actions = sample()
-            step = vec_env.step(actions)
+            step = vec_env.step_agents(actions)
             for i, env in enumerate(raw_envs):
                 raw_obs[i], rewards, _, truncations, _ = env.step({agent: actions[agent][i] for agent in env.agents})
                 assert step.dones[i] == (not env.agents)
@@ -141,7 +141,7 @@ def test_simple_spread_data_is_the_raw_envs_data(continuous_actions: bool) -> No
 def test_simple_adversary_agents_keep_their_own_observation_shapes() -> None:
     with closing(make_vec_env(simple_adversary_v3.parallel_env, n_envs=3, seed=0, env_kwargs={"max_cycles": 3})) as vec_env:
         obs = vec_env.reset()
-        step = vec_env.step(action_sampler(vec_env)())
+        step = vec_env.step_agents(action_sampler(vec_env)())
         for observations in (obs, step.obs):
             assert observations["adversary_0"].shape == (3, 8)
             assert observations["agent_0"].shape == observations["agent_1"].shape == (3, 10)
@@ -159,7 +159,7 @@ def test_knights_archers_zombies_agents_that_die_stay_masked_until_the_episode_e
         actions = {agent: np.full(n_envs, action) for agent, action in scripted.items()}
         left: set[tuple[str, int]] = set()
         for _ in range(30):
-            step = vec_env.step(actions)
+            step = vec_env.step_agents(actions)
             if step.dones.all():
                 break
             for agent in vec_env.possible_agents:
@@ -178,8 +178,8 @@ def test_pursuit_image_observations_are_batched_and_handed_over_at_truncation() 
         obs = vec_env.reset()
         assert obs["pursuer_0"].shape == (2, 7, 7, 3) and obs["pursuer_0"].dtype == np.float32
         sample = action_sampler(vec_env)
-        vec_env.step(sample())
-        step = vec_env.step(sample())
+        vec_env.step_agents(sample())
+        step = vec_env.step_agents(sample())
         assert step.dones.all()
         assert all(step.truncations[agent].all() for agent in vec_env.possible_agents)
         assert all(step.final_obs[agent][i].shape == (7, 7, 3) for agent in vec_env.possible_agents for i in range(2))
@@ -193,7 +193,7 @@ def test_observations_have_one_row_per_copy(agent: str) -> None:
     with closing(make_vec_env(HeterogeneousEnv, n_envs=3, seed=0)) as vec_env:
         space = vec_env.observation_spaces[agent]
         reset_obs = vec_env.reset()
-        step = vec_env.step(action_sampler(vec_env)())
+        step = vec_env.step_agents(action_sampler(vec_env)())
         for obs in (reset_obs[agent], step.obs[agent]):
             if isinstance(space, gym.spaces.Dict):
                 assert set(obs) == set(space.spaces)
@@ -216,7 +216,7 @@ def test_each_copy_receives_its_row_of_every_action_space_type() -> None:
     with closing(make_vec_env(HeterogeneousEnv, n_envs=3, seed=0)) as vec_env:
         vec_env.reset()
         actions = action_sampler(vec_env)()
-        vec_env.step(actions)  # the env refuses actions of the wrong shape
+        vec_env.step_agents(actions)  # the env refuses actions of the wrong shape
         for i, received in enumerate(vec_env.get_attr("last_actions")):
             assert set(received) == set(HETEROGENEOUS_AGENTS)
             for agent in HETEROGENEOUS_AGENTS:
@@ -237,14 +237,14 @@ def test_actions_for_an_unknown_agent_are_refused() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
         vec_env.reset()
         with pytest.raises(KeyError, match="unknown agents"):
-            vec_env.step({"nobody": np.zeros(2)})
+            vec_env.step_agents({"nobody": np.zeros(2)})
 
 
 def test_actions_need_one_row_per_copy() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
         vec_env.reset()
         with pytest.raises(ValueError, match="one per env copy"):
-            vec_env.step({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
+            vec_env.step_agents({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
 
 
 # --- Agents that leave, join or come back ---------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_alive_mask_drops_agents_that_leave_until_the_next_episode() -> None:
         obs = vec_env.reset()
         masks = [[vec_env.alive[agent].tolist() for agent in vec_env.possible_agents]]
         for _ in range(7):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
             masks.append([step.alive[agent].tolist() for agent in vec_env.possible_agents])
         T, F = [True, True], [False, False]  # the same in both copies
@@ -268,7 +268,7 @@ def test_agents_that_left_get_no_actions() -> None:
         vec_env.reset()
         every_agent_acts = {agent: np.zeros(2, dtype=np.int64) for agent in vec_env.possible_agents}
         for _ in range(3):
-            vec_env.step(every_agent_acts)  # the env raises if an agent that left is given an action
+            vec_env.step_agents(every_agent_acts)  # the env raises if an agent that left is given an action
         assert [set(actions) for actions in vec_env.get_attr("last_actions")] == [{"agent_1", "agent_2"}] * 2
 
 
@@ -276,7 +276,7 @@ def test_agents_that_left_produce_no_transitions() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
         obs = vec_env.reset()
         for _ in range(3):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
         assert not step.alive["agent_0"].any()
         assert (step.rewards["agent_0"] == 0).all() and not step.terminations["agent_0"].any()
@@ -289,14 +289,14 @@ def test_agents_are_not_revived_within_an_episode() -> None:
         obs = vec_env.reset()
         alive_agent_0, rewards_agent_0 = [], []
         for _ in range(5):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
             alive_agent_0.append(bool(step.alive["agent_0"].any()))
             rewards_agent_0.append(step.rewards["agent_0"].sum())
         assert all("agent_0" in agents for agents in vec_env.get_attr("agents")), "the env did revive agent_0"
         assert alive_agent_0 == [True, False, False, False, False]
         assert rewards_agent_0 == [2, 2, 0, 0, 0]
-        assert vec_env.step(oracle_actions(obs)).alive["agent_0"].all(), "the next episode has agent_0 again"
+        assert vec_env.step_agents(oracle_actions(obs)).alive["agent_0"].all(), "the next episode has agent_0 again"
 
 
 def test_agent_absent_at_reset_is_masked_until_it_joins() -> None:
@@ -304,12 +304,12 @@ def test_agent_absent_at_reset_is_masked_until_it_joins() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2, env_kwargs=env_kwargs)) as vec_env:
         obs = vec_env.reset()
         assert not vec_env.alive["late"].any()
-        step = vec_env.step(oracle_actions(obs))  # the env raises if "late" is given an action before it joins
+        step = vec_env.step_agents(oracle_actions(obs))  # the env raises if "late" is given an action before it joins
         assert not step.alive["late"].any() and (step.rewards["late"] == 0).all()
-        step = vec_env.step(oracle_actions(step.obs))
+        step = vec_env.step_agents(oracle_actions(step.obs))
         assert step.alive["late"].all()
         np.testing.assert_array_equal(step.obs["late"], [[2 / 4, 1], [2 / 4, 1]])
-        vec_env.step(oracle_actions(step.obs))
+        vec_env.step_agents(oracle_actions(step.obs))
         assert [set(actions) for actions in vec_env.get_attr("last_actions")] == [{"agent_0", "late"}] * 2
 
 
@@ -323,7 +323,7 @@ def test_copies_end_their_episodes_at_their_own_steps() -> None:
         assert len(set(lengths)) == 3, "precondition: seeds 5, 6, 7 draw different lengths"
         first_end = [0] * 3
         for t in range(1, max(lengths) + 1):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
             for i in np.flatnonzero(step.dones):
                 if not first_end[i]:
@@ -337,7 +337,7 @@ def test_final_observation_is_handed_over_at_truncation() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2, env_kwargs=env_kwargs)) as vec_env:
         obs = vec_env.reset()
         for _ in range(3):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
         assert step.dones.all() and step.truncations["agent_0"].all() and not step.terminations["agent_0"].any()
         # The episode ended on observation [t=3/3, target=(3 + 0) % 2]; the copy then reset to [0, 0].
@@ -347,8 +347,8 @@ def test_final_observation_is_handed_over_at_truncation() -> None:
 
 def test_final_observation_is_handed_over_when_an_agent_terminates() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
-        obs = vec_env.step(oracle_actions(vec_env.reset())).obs
-        step = vec_env.step(oracle_actions(obs))
+        obs = vec_env.step_agents(oracle_actions(vec_env.reset())).obs
+        step = vec_env.step_agents(oracle_actions(obs))
         assert step.terminations["agent_0"].all() and not step.dones.any()
         for i in range(2):
             np.testing.assert_array_equal(step.final_obs["agent_0"][i], np.array([2 / 6, 0.0], dtype=np.float32))
@@ -360,10 +360,10 @@ def test_episode_statistics_give_team_return_agent_returns_and_length() -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=2)) as vec_env:
         obs = vec_env.reset()
         for _ in range(5):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
             assert not any("episode" in info for info in step.infos)
-        step = vec_env.step(oracle_actions(obs))
+        step = vec_env.step_agents(oracle_actions(obs))
         assert step.dones.all()
         for info in step.infos:
             episode = info["episode"]
@@ -384,7 +384,7 @@ def test_max_episode_steps_truncates_every_episode(vec_env_cls: str) -> None:
         obs = vec_env.reset()
         ends = []
         for _ in range(4):
-            step = vec_env.step(oracle_actions(obs))
+            step = vec_env.step_agents(oracle_actions(obs))
             obs = step.obs
             ends.append(step.dones.tolist())
             if step.dones.any():
@@ -490,7 +490,7 @@ def test_set_attr_changes_only_the_chosen_copies(vec_env_cls: str) -> None:
     with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
         obs = vec_env.reset()
         vec_env.set_attr("reward_scale", 10.0, indices=[0, 2])
-        step = vec_env.step(oracle_actions(obs))
+        step = vec_env.step_agents(oracle_actions(obs))
         assert step.rewards["agent_0"].tolist() == [10.0, 1.0, 10.0]
 
 
@@ -511,7 +511,7 @@ def test_close_shuts_the_workers_down_cleanly() -> None:
     assert [process.exitcode for process in vec_env.processes] == [0] * len(vec_env.processes)
     vec_env.close()  # a second close is harmless
     with pytest.raises(RuntimeError, match="closed"):
-        vec_env.step({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
+        vec_env.step_agents({agent: np.zeros(3, dtype=np.int64) for agent in vec_env.possible_agents})
 
 
 @pytest.mark.usefixtures("no_hang")
@@ -523,9 +523,9 @@ def test_crashing_worker_raises_in_the_parent(how: str, message: str) -> None:
     assert isinstance(vec_env, SubprocMultiAgentVecEnv)
     vec_env.reset()
     actions = {agent: np.zeros(2, dtype=np.int64) for agent in vec_env.possible_agents}
-    vec_env.step(actions)
+    vec_env.step_agents(actions)
     with pytest.raises(RuntimeError, match=message):
-        vec_env.step(actions)
+        vec_env.step_agents(actions)
     assert vec_env.closed and not any(process.is_alive() for process in vec_env.processes)
 
 
@@ -565,5 +565,25 @@ def test_cartpole_parallel_env_is_gymnasium_cartpole() -> None:
 def test_vectorized_step_returns_a_multi_agent_step() -> None:
     with closing(make_vec_env(CartPoleParallelEnv, n_envs=2, seed=0)) as vec_env:
         vec_env.reset()
-        step = vec_env.step({"cartpole": np.array([0, 1])})
+        step = vec_env.step_agents({"cartpole": np.array([0, 1])})
         assert isinstance(step, MultiAgentStep) and step.obs["cartpole"].shape == (2, 4)
+
+
+def test_step_follows_sb3_vec_env_contract_with_team_rewards() -> None:
+    """``step`` returns SB3's (obs, rewards, dones, infos), the rewards being each copy's sum over agents."""
+    twin = make_vec_env(simple_spread_v3.parallel_env, n_envs=2, seed=3, env_kwargs=dict(max_cycles=4))
+    vec_env = make_vec_env(simple_spread_v3.parallel_env, n_envs=2, seed=3, env_kwargs=dict(max_cycles=4))
+    twin.reset()
+    vec_env.reset()
+    sample = action_sampler(vec_env)
+    for _ in range(4):
+        actions = sample()
+        detail = twin.step_agents(actions)
+        obs, rewards, dones, infos = vec_env.step(actions)
+        np.testing.assert_allclose(rewards, sum(detail.rewards.values()), rtol=1e-6)
+        np.testing.assert_array_equal(dones, detail.dones)
+        for agent in vec_env.possible_agents:
+            np.testing.assert_array_equal(obs[agent], detail.obs[agent])
+    assert dones.all() and all("episode" in info for info in infos), "max_cycles=4 ends every copy at step 4"
+    twin.close()
+    vec_env.close()

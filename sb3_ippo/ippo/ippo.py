@@ -533,7 +533,7 @@ class IPPO(BaseAlgorithm):
             alive = self._last_alive
             acting = [agent for agent in self.possible_agents if alive[agent].any()]
             sampled = {agent: self._act(agent, obs[agent], alive[agent]) for agent in acting}
-            step = env.step({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
+            step = env.step_agents({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
             self.num_timesteps += env.num_envs
 
             for agent in acting:
