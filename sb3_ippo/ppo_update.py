@@ -11,7 +11,7 @@ The update runs in two steps, each a function:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +22,8 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from torch.nn import functional as F
 
 from sb3_ippo.buffer import Trajectory, concat_obs, stack_obs
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.normalization import ReturnNormalizer
+from sb3_ippo.vec_env import ObsArray
 
 TensorObs = th.Tensor | dict[str, th.Tensor]
 
@@ -120,13 +121,14 @@ def build_batch(
     gae_lambda: float,
     recompute_values: bool = True,
     recompute_log_prob: bool = True,
-    obs_normalizer: ObservationNormalizer | None = None,
+    preprocess_obs: Callable[[ObsArray], ObsArray] | None = None,
     return_normalizer: ReturnNormalizer | None = None,
 ) -> AgentBatch:
     """Turn drained trajectories into a training batch, with fresh-value GAE.
 
-    Observations are normalized with the current statistics. With ``recompute_values``, V(s_t) and the
-    bootstrap V(s_T) of every truncated or cut trajectory come from the current value network; otherwise the
+    Observations (and bootstrap observations) go through ``preprocess_obs`` first: the agent's current
+    normalization and image layout. With ``recompute_values``, V(s_t) and the bootstrap V(s_T) of every
+    truncated or cut trajectory come from the current value network; otherwise the
     values stored at collection time are used (bootstrap values, never stored, still come from the current
     network). With ``recompute_log_prob``, log pi_old(a|s) comes from the current policy, so the first
     minibatch's ratio is exactly 1. With ``return_normalizer``, value-head outputs are de-normalized before
@@ -135,8 +137,8 @@ def build_batch(
     device = policy.device
     lengths = [len(trajectory) for trajectory in trajectories]
     raw_obs = concat_obs([trajectory.observations for trajectory in trajectories])
-    if obs_normalizer is not None:
-        raw_obs = obs_normalizer.normalize(raw_obs)
+    if preprocess_obs is not None:
+        raw_obs = preprocess_obs(raw_obs)
     observations = obs_as_tensor(raw_obs, device)
     actions = actions_as_tensor(np.concatenate([t.actions for t in trajectories]), policy.action_space, device)
     rewards = np.concatenate([trajectory.rewards for trajectory in trajectories])
@@ -158,8 +160,8 @@ def build_batch(
     truncated = [i for i, trajectory in enumerate(trajectories) if not trajectory.terminated]
     if truncated:
         bootstrap_obs = stack_obs([trajectories[i].bootstrap_obs for i in truncated])
-        if obs_normalizer is not None:
-            bootstrap_obs = obs_normalizer.normalize(bootstrap_obs)
+        if preprocess_obs is not None:
+            bootstrap_obs = preprocess_obs(bootstrap_obs)
         with th.no_grad():
             bootstrap_values[truncated] = policy.predict_values(obs_as_tensor(bootstrap_obs, device)).flatten().cpu().numpy()
 

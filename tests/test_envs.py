@@ -208,17 +208,33 @@ def test_cnn_policy_on_channel_first_images() -> None:
     assert_actions_in_spaces(model, model.predict(observations, deterministic=True)[0])
 
 
-@pytest.mark.xfail(
-    reason="CnnPolicy is built on the channel-last (H, W, C) image space as PettingZoo gives it; SB3's NatureCNN takes "
-    "the first axis for channels and fails. SB3 transposes with VecTransposeImage; IPPO does not yet.",
-    raises=RuntimeError,
-    strict=True,
-)
 def test_cnn_policy_on_channel_last_images() -> None:
+    """PettingZoo's (H, W, C) images reach the policy channel-first, in training and in predict."""
     env = HeterogeneousEnv(agents=["image"])
     model = make_model(env, "CnnPolicy", policy_kwargs=TINY_CNN)
     model.learn(2 * 4)
     assert model.policy_version == 1
+    image_space = env.observation_space("image")
+    assert model.policies["image"].observation_space.shape == (image_space.shape[2], *image_space.shape[:2])
+    observations, _ = env.reset(seed=0)
+    single, _ = model.predict(observations, deterministic=True)
+    batched, _ = model.predict({"image": observations["image"][None]}, deterministic=True)
+    assert batched["image"].shape == (1,) and batched["image"][0] == single["image"]
+
+
+def test_exported_cnn_agent_predicts_the_same_on_channel_last_images(tmp_path: Any) -> None:
+    from stable_baselines3 import PPO
+
+    env = HeterogeneousEnv(agents=["image"])
+    model = make_model(env, "CnnPolicy", policy_kwargs=TINY_CNN)
+    model.learn(2 * 4)
+    model.export_agent("image", tmp_path / "image.zip")
+    exported = PPO.load(tmp_path / "image.zip")
+    observations, _ = env.reset(seed=1)
+    batch = np.stack([observations["image"], 255 - observations["image"]])
+    expected, _ = model.predict({"image": batch}, deterministic=True)
+    actions, _ = exported.predict(batch, deterministic=True)
+    np.testing.assert_array_equal(actions, expected["image"])
 
 
 def test_cnn_policy_on_resized_pistonball() -> None:
@@ -226,9 +242,7 @@ def test_cnn_policy_on_resized_pistonball() -> None:
     from pettingzoo.butterfly import pistonball_v6
 
     env = pistonball_v6.parallel_env(n_pistons=3, max_cycles=10)
-    env = supersuit.resize_v1(supersuit.color_reduction_v0(env, mode="B"), x_size=36, y_size=36)
-    # One channel: moving it first is a reshape.
-    env = supersuit.reshape_v0(env, (1, 36, 36))
+    env = supersuit.resize_v1(env, x_size=36, y_size=36)  # RGB, channel-last, as PettingZoo gives it
     model = make_model(env, "CnnPolicy", policy_kwargs=TINY_CNN, n_episodes=1)
     before = parameters(model)
     model.learn(2 * 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import pathlib
 import re
@@ -27,6 +28,7 @@ from torch import nn
 from sb3_ippo.buffer import AgentEpisodeBuffer
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
 from sb3_ippo.ppo_update import UpdateStats, build_batch, ppo_update
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
@@ -360,7 +362,10 @@ class IPPO(BaseAlgorithm):
         self._policies = nn.ModuleDict(
             {
                 self._policy_keys[agent]: self.policy_class(  # type: ignore[misc]
-                    self.observation_spaces[agent], self.action_spaces[agent], self.lr_schedule, **self.policy_kwargs
+                    policy_observation_space(self.observation_spaces[agent]),
+                    self.action_spaces[agent],
+                    self.lr_schedule,
+                    **self.policy_kwargs,
                 ).to(self.device)
                 for agent in self.possible_agents
             }
@@ -496,14 +501,19 @@ class IPPO(BaseAlgorithm):
             for agent in self._agents_seen
         )
 
+    def _policy_input(self, agent: AgentID, obs: ObsArray) -> ObsArray:
+        """Raw observations (single or batched) as the agent's policy takes them: normalized with the current
+        statistics (frozen here), images channel-first."""
+        if self.obs_normalizers is not None:
+            obs = self.obs_normalizers[agent].normalize(obs)
+        return to_policy_observation(obs, self.observation_spaces[agent])
+
     def _act(self, agent: AgentID, obs: ObsArray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for every row of ``obs`` with the agent's policy: actions, values, log-probs."""
         if self.obs_normalizers is not None:
-            normalizer = self.obs_normalizers[agent]
-            normalizer.update(_select_rows(obs, alive))
-            obs = normalizer.normalize(obs)
+            self.obs_normalizers[agent].update(_select_rows(obs, alive))
         with th.no_grad():
-            actions, values, log_probs = self.policies[agent](obs_as_tensor(obs, self.device))
+            actions, values, log_probs = self.policies[agent](obs_as_tensor(self._policy_input(agent, obs), self.device))
         return actions.cpu().numpy(), values.flatten().cpu().numpy(), log_probs.cpu().numpy()
 
     def _env_actions(self, agent: AgentID, actions: np.ndarray) -> np.ndarray:
@@ -594,7 +604,7 @@ class IPPO(BaseAlgorithm):
                 gae_lambda=self.gae_lambda,
                 recompute_values=self.recompute_values,
                 recompute_log_prob=self.recompute_log_prob,
-                obs_normalizer=None if self.obs_normalizers is None else self.obs_normalizers[agent],
+                preprocess_obs=functools.partial(self._policy_input, agent),
                 return_normalizer=None if self.return_normalizers is None else self.return_normalizers[agent],
             )
             self.update_stats[agent] = ppo_update(
@@ -692,9 +702,8 @@ class IPPO(BaseAlgorithm):
             raise ValueError(f"Unknown agent ids {unknown}: the model's agents are {self.possible_agents}")
         actions = {}
         for agent, obs in observation.items():
-            if self.obs_normalizers is not None:
-                obs = self.obs_normalizers[agent].normalize(obs)
-            actions[agent], _ = self.policies[agent].predict(obs, deterministic=deterministic)
+            policy_obs = self._policy_input(agent, obs)
+            actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
         return actions, None
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
@@ -731,7 +740,7 @@ class IPPO(BaseAlgorithm):
             device=self.device,
             _init_setup_model=False,
         )
-        ppo.observation_space = self.observation_spaces[agent_id]
+        ppo.observation_space = policy.observation_space
         ppo.action_space = self.action_spaces[agent_id]
         ppo.n_envs = 1
         ppo.num_timesteps = self.num_timesteps

@@ -1,0 +1,38 @@
+"""What an agent's observations go through before its policy sees them: channel-last images become channel-first.
+
+PettingZoo envs give images as (height, width, channels); SB3's ``CnnPolicy`` takes (channels, height, width).
+SB3 fixes that with ``VecTransposeImage`` around a gymnasium ``VecEnv``; here each agent's policy is built on the
+transposed space and its observations are transposed on their way in, keeping the env and the buffers in
+PettingZoo's layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
+from stable_baselines3.common.vec_env import VecTransposeImage
+
+
+def _is_channel_last_image(space: spaces.Space) -> bool:
+    return isinstance(space, spaces.Box) and is_image_space(space) and not is_image_space_channels_first(space)
+
+
+def policy_observation_space(space: spaces.Space) -> spaces.Space:
+    """The space an agent's policy is built on: ``space`` with channel-last images (also inside a Dict) transposed."""
+    if isinstance(space, spaces.Dict):
+        return spaces.Dict({key: policy_observation_space(sub) for key, sub in space.spaces.items()})
+    if _is_channel_last_image(space):
+        return VecTransposeImage.transpose_space(space)  # type: ignore[arg-type]
+    return space
+
+
+def to_policy_observation(obs: Any, space: spaces.Space) -> Any:
+    """Observations of ``space`` (single or batched) in the layout of :func:`policy_observation_space`."""
+    if isinstance(space, spaces.Dict):
+        return {key: to_policy_observation(obs[key], sub) for key, sub in space.spaces.items()}
+    if _is_channel_last_image(space):
+        return np.moveaxis(obs, -1, -3)
+    return obs
