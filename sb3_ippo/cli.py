@@ -26,10 +26,13 @@ _NOT_HYPERPARAMETERS = {"policy", "env", "seed", "verbose", "device", "tensorboa
 
 
 def literal(text: str) -> Any:
-    """A Python literal (number, bool, None, list, dict, ...), or the text itself."""
+    """A Python literal (number, bool, None, list, dict, ``dict(key=literal, ...)``), or the text itself."""
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+        node = ast.parse(text, mode="eval").body
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            return {keyword.arg: ast.literal_eval(keyword.value) for keyword in node.keywords}
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
         return text
 
 
@@ -104,6 +107,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     train.add_argument("--out", default=None, help="output folder (default: runs/ippo_<env name>)")
     train.add_argument("--eval-episodes", type=int, default=50, help="episodes of the final evaluation (0: none)")
     train.add_argument("--no-progress-bar", action="store_true", help="do not show a progress bar")
+    train.add_argument("--log-interval", type=int, default=1, help="log (stdout and CSV) every N updates (default: 1)")
+    train.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default: 1, several times faster than more for small networks on a few cores)",
+    )
     hyperparameters = _add_hyperparameters(train)
 
     evaluate = commands.add_parser("evaluate", help="print the mean and std of a saved model's team return")
@@ -155,7 +165,10 @@ def _progress_bar_available() -> bool:
 
 
 def train(args: argparse.Namespace, hyperparameter_names: list[str]) -> pathlib.Path:
+    import torch as th
     from stable_baselines3.common.logger import configure
+
+    th.set_num_threads(args.threads)
 
     env_kwargs = (
         parse_env_kwargs(args.env_kwargs)
@@ -167,6 +180,8 @@ def train(args: argparse.Namespace, hyperparameter_names: list[str]) -> pathlib.
     env_fn = load_env_fn(args.env)
     env = make_vec_env(env_fn, n_envs=args.n_envs, seed=args.seed, vec_env_cls=args.vec_env, env_kwargs=env_kwargs)
     hyperparameters = {name: getattr(args, name) for name in hyperparameter_names if getattr(args, name) is not None}
+    if not isinstance(hyperparameters.get("policy_kwargs", {}), dict):
+        raise SystemExit(f"--policy-kwargs takes a dict, e.g. \"dict(net_arch=[64, 64])\", got {args.policy_kwargs!r}")
     model = IPPO(args.policy, env, seed=args.seed, verbose=1, **hyperparameters)
     model.set_logger(configure(str(out), ["stdout", "csv"]))
     (out / RUN_FILE).write_text(
@@ -176,7 +191,9 @@ def train(args: argparse.Namespace, hyperparameter_names: list[str]) -> pathlib.
         )
     )
     print(f"Training IPPO on {args.env} {env_kwargs} for {args.timesteps} env steps; output in {out}/")
-    model.learn(args.timesteps, progress_bar=not args.no_progress_bar and _progress_bar_available())
+    model.learn(
+        args.timesteps, log_interval=args.log_interval, progress_bar=not args.no_progress_bar and _progress_bar_available()
+    )
     model_path = out / "model.zip"
     model.save(model_path)
     print(f"Saved the model to {model_path} and the log to {out / 'progress.csv'}")
