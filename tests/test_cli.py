@@ -17,7 +17,8 @@ TINY = ["--n-epochs", "2", "--n-episodes", "2", "--policy-kwargs", "dict(net_arc
 
 def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
-    main(["train", "--timesteps", "300", "--n-envs", "2", "--out", str(out), "--eval-episodes", "2", "--no-progress-bar", *TINY])
+    options = ["--timesteps", "300", "--n-envs", "2", "--eval-episodes", "2", "--no-progress-bar", *TINY]
+    main(["train", *options, "--out", str(out)])
     assert {path.name for path in out.iterdir()} == {"model.zip", "progress.csv", "learning_curve.png", "run.json"}
     run = json.loads((out / "run.json").read_text())
     assert run["env"] == "mpe2.simple_spread_v3" and run["env_kwargs"] == {"N": 3, "max_cycles": 25}
