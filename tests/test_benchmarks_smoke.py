@@ -24,3 +24,47 @@ def test_env_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(medians) == {"plain", "dummy", "subproc"} and all(rate > 0 for rate in medians.values())
     table = capsys.readouterr().out
     assert all(f"\n{name} " in table for name in medians) and "vs plain" in table
+
+
+# The comparisons with SB3 PPO + SuperSuit parameter sharing (docs/benchmarks.md), each at a tiny size.
+TINY = ["--n-envs", "2", "--peer-n-steps", "25"]
+
+
+def test_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    medians = load_benchmark("throughput").main(["--rounds", "1", "--timesteps", "100", "--batch-size", "50", *TINY])
+    assert medians["ippo"] > 0 and medians["peer"] > 0
+    assert medians["ratio"] == pytest.approx(medians["ippo"] / medians["peer"])
+    assert "ratio IPPO/peer" in capsys.readouterr().out
+
+
+def test_throughput_skrl_column_smoke() -> None:
+    pytest.importorskip("skrl")
+    medians = load_benchmark("throughput").main(
+        ["--rounds", "1", "--timesteps", "50", "--batch-size", "50", "--skrl", *TINY]
+    )
+    assert medians["skrl"] > 0 and "ratio_skrl" in medians
+
+
+def test_scaling_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    costs = load_benchmark("scaling").main(["--agents", "2", "3", "--rounds", "1", "--timesteps", "50", *TINY])
+    assert set(costs) == {2, 3} and all(cost[name] > 0 for cost in costs.values() for name in ("ippo", "peer"))
+    assert "IPPO/peer" in capsys.readouterr().out
+
+
+def test_learning_smoke(tmp_path: Path) -> None:
+    summary = load_benchmark("learning").main(
+        ["--timesteps", "200", "--seeds", "1", "--eval-episodes", "1", "--bins", "2", "--peer-batch-size", "50",
+         "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), *TINY]
+    )
+    sides = {(row["env"], row["algo"], row["side"]) for row in summary}
+    assert ("simple_spread_v3", "ippo", "team") in sides and ("simple_spread_v3", "peer", "team") in sides
+    assert ("simple_adversary_v3", "peer", "adversary") in sides and ("simple_adversary_v3", "ippo", "good agents") in sides
+    for name in ("learning_curves.csv", "learning_summary.csv", "learning_simple_spread_v3.png",
+                 "learning_simple_adversary_v3.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+
+
+def test_profile_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    parts = load_benchmark("profile_ippo").main(["--timesteps", "200", "--n-envs", "8", "--top", "5"])
+    assert parts["learn (total)"] > 0 and parts["update (train)"] <= parts["learn (total)"]
+    assert "cumtime" in capsys.readouterr().out

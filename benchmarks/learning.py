@@ -1,0 +1,290 @@
+"""Learning curves: team return against env steps, IPPO against SB3 PPO with SuperSuit parameter sharing.
+
+Both algorithms train on 8 env copies for the same number of env steps (one joint step of one copy = 1), over
+several seeds, and every finished training episode is recorded (its team return: the sum over agents; and each
+agent's return). The curves are the mean of each seed's episodes in bins of env steps; the plot shows the mean
+over seeds and the spread (min..max over seeds). After training, each model is evaluated on ``--eval-episodes``
+episodes (deterministic and stochastic actions).
+
+- IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.01, batch_size None, 64x64 networks).
+- The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
+  2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
+  env steps) and ``batch_size=256`` (PettingZoo's SB3 tutorials); ``--peer-n-steps``/``--peer-batch-size``
+  change them.
+
+``simple_spread_v3`` (N=3, 25 cycles) is drawn beside reference scores on the same team-sum scale: random about
+-80, a scripted optimal-assignment policy about -23, published IPPO/MAPPO after 20M steps about -22 to -30.
+``simple_adversary_v3`` (N=2) is drawn per side: the adversary's return and the good agents' (summed).
+
+The defaults are the issue's full size (3 seeds x 500k env steps per env and algorithm); each run is cached
+in ``--cache`` as JSON, so an interrupted benchmark resumes and ``--plot-only`` redraws. Runs execute in
+``--jobs`` worker processes (one torch thread each).
+
+    python benchmarks/learning.py [--envs simple_spread_v3 simple_adversary_v3] [--timesteps 500000]
+        [--seeds 3] [--adversary-timesteps T] [--adversary-seeds S] [--jobs 1] [--out docs/benchmarks]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+ALGOS = ("ippo", "peer")
+LABELS = {"ippo": "IPPO (sb3_ippo, defaults)", "peer": "SB3 PPO + SuperSuit sharing"}
+SPREAD_REFERENCES = (
+    (-80.0, "random (about -80)"),
+    (-23.0, "scripted optimal assignment (about -23)"),
+    (-26.0, "published IPPO/MAPPO at 20M steps (-22 to -30)"),
+)
+
+
+def run_one(task: dict[str, Any]) -> dict[str, Any]:
+    """Train one algorithm on one env with one seed; return its episodes and final evaluation."""
+    common.set_torch_threads(1)
+    env_name, algo, seed, timesteps = task["env"], task["algo"], task["seed"], task["timesteps"]
+    kwargs = common.env_kwargs(env_name)
+    agents = common.agent_ids(env_name, kwargs)
+    recorder = common.EpisodeRecorder(agents, peer=algo == "peer")
+    start = time.perf_counter()
+    if algo == "ippo":
+        from sb3_ippo import IPPO
+
+        env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
+        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu")
+        model.learn(total_timesteps=timesteps, callback=recorder)
+        evaluate = common.evaluate_ippo
+    else:
+        env = common.make_peer_env(env_name, task["n_envs"], seed, kwargs)
+        model = common.make_peer(env, seed, n_steps=task["peer_n_steps"], batch_size=task["peer_batch_size"])
+        model.learn(total_timesteps=timesteps * len(agents), callback=recorder)
+        evaluate = common.evaluate_peer
+    train_seconds = time.perf_counter() - start
+    env.close()
+    final = {
+        mode: evaluate(model, env_name, kwargs, task["eval_episodes"], 10_000 + seed, deterministic=mode == "deterministic")
+        for mode in ("deterministic", "stochastic")
+    }
+    return {**task, "agents": agents, "train_seconds": train_seconds, "episodes": recorder.episodes, "final": final}
+
+
+def cache_path(cache: Path, task: dict[str, Any]) -> Path:
+    peer = f"_n{task['peer_n_steps']}_b{task['peer_batch_size']}" if task["algo"] == "peer" else ""
+    return cache / f"{task['env']}_{task['algo']}{peer}_seed{task['seed']}_{task['timesteps']}.json"
+
+
+def run_cached(args: tuple[dict[str, Any], str]) -> dict[str, Any]:
+    task, cache = args
+    path = cache_path(Path(cache), task)
+    if path.exists():
+        return json.loads(path.read_text())
+    result = run_one(task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    print(
+        f"done {task['env']} {task['algo']} seed {task['seed']}: {task['timesteps']:,} env steps in "
+        f"{result['train_seconds']:.0f} s, final team return {result['final']['deterministic']['team_return']:.1f}",
+        flush=True,
+    )
+    return result
+
+
+def sides(env_name: str, agents: list[str]) -> dict[str, list[str]]:
+    """The curves drawn for an env: the team, and for simple_adversary each side."""
+    curves = {"team": agents}
+    if env_name == "simple_adversary_v3":
+        curves["adversary"] = [agent for agent in agents if agent.startswith("adversary")]
+        curves["good agents"] = [agent for agent in agents if not agent.startswith("adversary")]
+    return curves
+
+
+def binned_curve(result: dict[str, Any], members: list[str], bin_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean return of ``members`` (summed) over the episodes finished in each bin of env steps (bin ends)."""
+    episodes = [e for e in result["episodes"] if e["env_steps"] <= result["timesteps"]]
+    n_bins = result["timesteps"] // bin_size
+    steps = np.array([e["env_steps"] for e in episodes])
+    values = np.array([sum(e[f"return/{agent}"] for agent in members) for e in episodes])
+    ends, means = [], []
+    for b in range(n_bins):
+        in_bin = (steps > b * bin_size) & (steps <= (b + 1) * bin_size)
+        if in_bin.any():
+            ends.append((b + 1) * bin_size)
+            means.append(values[in_bin].mean())
+    return np.array(ends), np.array(means)
+
+
+def final_training_return(result: dict[str, Any], members: list[str]) -> float:
+    """Mean return of ``members`` over the training episodes of the last 10% of the env steps."""
+    cutoff = 0.9 * result["timesteps"]
+    tail = [e for e in result["episodes"] if cutoff < e["env_steps"] <= result["timesteps"]]
+    return float(np.mean([sum(e[f"return/{agent}"] for agent in members) for e in tail]))
+
+
+def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, eval_episodes: int) -> list[dict[str, Any]]:
+    """Write the CSVs and PNGs; return the summary rows (one per env, algorithm and side)."""
+    out.mkdir(parents=True, exist_ok=True)
+    envs = sorted({r["env"] for r in results}, key=list(common.ENV_MODULES).index)
+    curve_rows: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
+    for env_name in envs:
+        env_results = [r for r in results if r["env"] == env_name]
+        timesteps = min(r["timesteps"] for r in env_results)
+        bin_size = max(timesteps // bin_fraction, 1)
+        curves = sides(env_name, env_results[0]["agents"])
+        random_scores = common.evaluate_random(env_name, common.env_kwargs(env_name), 2 * eval_episodes, seed=0)
+        for side, members in curves.items():
+            for algo in ALGOS:
+                runs = [r for r in env_results if r["algo"] == algo]
+                if not runs:
+                    continue
+                for r in runs:
+                    for end, value in zip(*binned_curve(r, members, bin_size), strict=True):
+                        curve_rows.append(
+                            {"env": env_name, "algo": algo, "seed": r["seed"], "side": side, "env_steps": int(end),
+                             "mean_return": round(float(value), 3)}
+                        )
+                final_train = [final_training_return(r, members) for r in runs]
+                final_det = [sum(r["final"]["deterministic"][f"return/{a}"] for a in members) for r in runs]
+                final_sto = [sum(r["final"]["stochastic"][f"return/{a}"] for a in members) for r in runs]
+                summary.append(
+                    {
+                        "env": env_name, "algo": algo, "side": side, "seeds": len(runs), "env_steps": timesteps,
+                        "train_last10pct_mean": float(np.mean(final_train)),
+                        "train_last10pct_min": float(np.min(final_train)),
+                        "train_last10pct_max": float(np.max(final_train)),
+                        "eval_deterministic_mean": float(np.mean(final_det)),
+                        "eval_stochastic_mean": float(np.mean(final_sto)),
+                        "random_policy": float(sum(random_scores[f"return/{a}"] for a in members)),
+                        "train_minutes_median": statistics.median(r["train_seconds"] for r in runs) / 60,
+                    }
+                )
+        plot_env(env_name, env_results, curves, bin_size, out / f"learning_{env_name}.png", random_scores)
+
+    with open(out / "learning_curves.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(curve_rows[0]))
+        writer.writeheader()
+        writer.writerows(curve_rows)
+    with open(out / "learning_summary.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()} for row in summary)
+    return summary
+
+
+def plot_env(
+    env_name: str, results: list[dict[str, Any]], curves: dict[str, list[str]], bin_size: int, path: Path, random_scores: dict
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
+    for ax, (side, members) in zip(axes[0], curves.items(), strict=True):
+        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange"), strict=True):
+            runs = [r for r in results if r["algo"] == algo]
+            if not runs:
+                continue
+            per_seed = [dict(zip(*binned_curve(r, members, bin_size), strict=True)) for r in runs]
+            ends = sorted(set.intersection(*(set(curve) for curve in per_seed)))
+            values = np.array([[curve[end] for end in ends] for curve in per_seed])
+            ax.plot(ends, values.mean(axis=0), color=color, label=f"{LABELS[algo]} ({len(runs)} seeds)")
+            ax.fill_between(ends, values.min(axis=0), values.max(axis=0), color=color, alpha=0.2)
+        if env_name == "simple_spread_v3" and side == "team":
+            for value, label in SPREAD_REFERENCES:
+                ax.axhline(value, linestyle="--", linewidth=1, color="gray")
+                ax.annotate(label, (0, value), textcoords="offset points", xytext=(4, 3), fontsize=7, color="dimgray")
+        else:
+            random_value = sum(random_scores[f"return/{a}"] for a in members)
+            ax.axhline(random_value, linestyle="--", linewidth=1, color="gray")
+            ax.annotate(f"random ({random_value:.1f})", (0, random_value), textcoords="offset points", xytext=(4, 3),
+                        fontsize=7, color="dimgray")
+        ax.set_title(f"{env_name}: {side} return" + (f" ({', '.join(members)})" if side != "team" else " (sum over agents)"))
+        ax.set_xlabel("env steps (joint steps of one copy)")
+        ax.set_ylabel("training episode return (mean per bin)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"8 env copies; mean over seeds, shaded: min..max over seeds; bins of {bin_size:,} env steps", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", nargs="+", default=list(common.ENV_MODULES), choices=list(common.ENV_MODULES))
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--timesteps", type=int, default=500_000, help="env steps per run")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
+    parser.add_argument("--adversary-timesteps", type=int, default=None, help="default: --timesteps")
+    parser.add_argument("--adversary-seeds", type=int, default=None, help="default: --seeds")
+    parser.add_argument("--n-envs", type=int, default=8, help="env copies")
+    parser.add_argument("--peer-n-steps", type=int, default=256, help="the peer's n_steps per VecEnv entry")
+    parser.add_argument("--peer-batch-size", type=int, default=256, help="the peer's minibatch size")
+    parser.add_argument("--eval-episodes", type=int, default=100, help="evaluation episodes after training")
+    parser.add_argument("--bins", type=int, default=40, help="points per curve")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one torch thread each)")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="where the PNGs and CSVs go")
+    parser.add_argument("--cache", type=Path, default=Path("runs/learning_benchmark"), help="per-run JSON results")
+    parser.add_argument("--plot-only", action="store_true", help="draw from the cached runs only")
+    return parser.parse_args(argv)
+
+
+def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
+    tasks = []
+    for env_name in args.envs:
+        adversary = env_name == "simple_adversary_v3"
+        timesteps = (args.adversary_timesteps if adversary else None) or args.timesteps
+        seeds = (args.adversary_seeds if adversary else None) or args.seeds
+        for seed in range(seeds):
+            for algo in args.algos:
+                tasks.append(
+                    {"env": env_name, "algo": algo, "seed": seed, "timesteps": timesteps, "n_envs": args.n_envs,
+                     "peer_n_steps": args.peer_n_steps, "peer_batch_size": args.peer_batch_size,
+                     "eval_episodes": args.eval_episodes}
+                )
+    # IPPO with its defaults is the slow one: start the long runs first.
+    return sorted(tasks, key=lambda t: (t["algo"] != "ippo", -t["timesteps"]))
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Run (or load) every run, write the CSVs and PNGs, print and return the summary."""
+    args = parse_args(argv)
+    common.set_torch_threads(1)
+    tasks = make_tasks(args)
+    if args.plot_only:
+        results = [json.loads(cache_path(args.cache, t).read_text()) for t in tasks if cache_path(args.cache, t).exists()]
+    elif args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+            results = pool.map(run_cached, [(t, str(args.cache)) for t in tasks], chunksize=1)
+    else:
+        results = [run_cached((t, str(args.cache))) for t in tasks]
+    summary = write_outputs(results, args.out, args.bins, args.eval_episodes)
+    print(common.machine_description())
+    header = ["env", "algo", "side", "seeds", "env steps", "train last 10%", "min", "max", "eval det.", "eval stoch.",
+              "random", "train min"]
+    print("".join(f"{h:>14}" for h in header))
+    for row in summary:
+        print(
+            f"{row['env'][:13]:>14}{row['algo']:>14}{row['side'][:13]:>14}{row['seeds']:>14}{row['env_steps']:>14,}"
+            + "".join(f"{row[key]:>14.1f}" for key in ("train_last10pct_mean", "train_last10pct_min", "train_last10pct_max",
+                                                        "eval_deterministic_mean", "eval_stochastic_mean", "random_policy",
+                                                        "train_minutes_median"))
+        )
+    return summary
+
+
+if __name__ == "__main__":
+    main()

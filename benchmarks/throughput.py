@@ -1,0 +1,217 @@
+"""Training throughput: IPPO against SB3 PPO with SuperSuit parameter sharing, in matched setups.
+
+Both train on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25) with the same work per update:
+
+- the same env copies (``--n-envs``, default 8, in-process) and networks (64x64 policy and value MLPs);
+- the same samples per update: the peer collects ``--peer-n-steps`` steps on each of its n_envs x n_agents
+  ``VecEnv`` entries; IPPO gets ``n_steps = peer_n_steps x n_envs`` transitions per agent, so both update on
+  ``peer_n_steps x n_envs x n_agents`` agent-transitions (default 200 x 8 x 3 = 4,800; 200 is a multiple of the
+  25-step episode, so IPPO's whole-episode batches are exactly that size);
+- the same ``--n-epochs`` (10) and ``--batch-size`` (256), ``target_kl=None`` for both (a fixed amount of work).
+
+Each round trains a fresh model of each for ``--timesteps`` env steps; the clock covers ``learn`` only. Rounds
+alternate the order (A B, B A, ...), and the figure of each is its median over ``--rounds`` rounds. Throughput is
+training agent-steps per second: env steps x agents / wall time, collection and updates together.
+
+    python benchmarks/throughput.py [--rounds 5] [--timesteps 9600] [--n-envs 8] [--n-agents 3] [--skrl]
+
+``--skrl`` adds skrl's IPPO as a third column (same networks, samples per update, epochs, minibatch size and no KL
+stop; one env copy, because skrl's PettingZoo wrapper does not vectorize). ``pip install skrl`` (2.1.1) installs
+beside torch 2.13 without replacing it.
+
+Every process runs torch on one thread (see ``benchmarks/common.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+from sb3_ippo import IPPO
+
+ENV_NAME = "simple_spread_v3"
+
+
+def build_ippo(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> Callable[[int], Any]:
+    env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs)
+    model = IPPO(
+        "MlpPolicy",
+        env,
+        n_steps=args.peer_n_steps * args.n_envs,
+        batch_size=args.batch_size,
+        n_epochs=args.n_epochs,
+        target_kl=None,
+        policy_kwargs={"net_arch": common.NET_ARCH},
+        seed=seed,
+        device="cpu",
+    )
+    return lambda timesteps: model.learn(total_timesteps=timesteps)
+
+
+def build_peer(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> Callable[[int], Any]:
+    n_agents = len(common.agent_ids(ENV_NAME, kwargs))
+    env = common.make_peer_env(ENV_NAME, args.n_envs, seed, kwargs)
+    model = common.make_peer(
+        env, seed, n_steps=args.peer_n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs, target_kl=None
+    )
+    return lambda timesteps: model.learn(total_timesteps=timesteps * n_agents)
+
+
+def build_skrl(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> Callable[[int], Any]:
+    """skrl's IPPO with the same networks, samples per update, epochs and minibatch size, KL stop off.
+
+    skrl's PettingZoo wrapper steps one env copy (it has no vectorization for PettingZoo envs), so skrl runs 1 copy
+    for ``rollouts = peer_n_steps x n_envs`` steps per update: the same samples per agent per update as the others.
+    """
+    import dataclasses
+
+    import torch.nn as nn
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.memories.torch import RandomMemory
+    from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
+    from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
+    from skrl.multi_agents.torch.ippo import IPPO_CFG
+    from skrl.trainers.torch import SequentialTrainer
+    from skrl.utils import set_seed
+
+    def mlp(n_in: int, n_out: int) -> nn.Module:
+        return nn.Sequential(nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_out))
+
+    class Policy(CategoricalMixin, Model):
+        def __init__(self, observation_space: Any, action_space: Any) -> None:
+            Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+            CategoricalMixin.__init__(self, unnormalized_log_prob=True)
+            self.net = mlp(self.num_observations, self.num_actions)
+
+        def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
+            return self.net(inputs["observations"]), {}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, observation_space: Any, action_space: Any) -> None:
+            Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+            DeterministicMixin.__init__(self)
+            self.net = mlp(self.num_observations, 1)
+
+        def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
+            return self.net(inputs["observations"]), {}
+
+    set_seed(seed)
+    env = wrap_env(common.env_fn(ENV_NAME)(**kwargs), wrapper="pettingzoo")
+    agents = env.possible_agents
+    rollouts = args.peer_n_steps * args.n_envs
+    models = {
+        agent: {
+            "policy": Policy(env.observation_space(agent), env.action_space(agent)),
+            "value": Value(env.observation_space(agent), env.action_space(agent)),
+        }
+        for agent in agents
+    }
+    memories = {agent: RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device="cpu") for agent in agents}
+    cfg = IPPO_CFG(
+        rollouts=rollouts, learning_epochs=args.n_epochs, mini_batches=max(rollouts // args.batch_size, 1),
+        learning_rate=3e-4, kl_threshold=0.0,
+    )
+    # skrl 2.1.1's IPPO_CFG rejects its own empty-dict defaults ("Specified keys (set()) do not match possible
+    # agents"): give every such field one empty dict per agent.
+    for field in dataclasses.fields(cfg):
+        if getattr(cfg, field.name) == {}:
+            setattr(cfg, field.name, {agent: {} for agent in agents})
+    agent = SkrlIPPO(
+        possible_agents=agents, models=models, memories=memories, observation_spaces=env.observation_spaces,
+        action_spaces=env.action_spaces, state_spaces=env.state_spaces, device="cpu", cfg=cfg,
+    )
+
+    def learn(timesteps: int) -> None:
+        trainer_cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
+        SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
+
+    return learn
+
+
+BUILDERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], int], Callable[[int], Any]]] = {
+    "ippo": build_ippo,
+    "peer": build_peer,
+}
+OPTIONAL_BUILDERS = {"skrl": build_skrl}
+
+
+def measure(build: Callable[..., Callable[[int], Any]], args: argparse.Namespace, kwargs: dict, seed: int) -> float:
+    """Seconds of one ``learn`` of ``args.timesteps`` env steps by a fresh model (building it is not timed)."""
+    learn = build(args, kwargs, seed)
+    start = time.perf_counter()
+    learn(args.timesteps)
+    return time.perf_counter() - start
+
+
+def compare(args: argparse.Namespace, kwargs: dict[str, Any], names: Sequence[str]) -> dict[str, list[float]]:
+    """Alternate the variants for ``args.rounds`` rounds (after one short warm-up each); agent-steps/s per round."""
+    n_agents = len(common.agent_ids(ENV_NAME, kwargs))
+    # One episode per copy: enough to warm the collection path (the peer also runs one update, as SB3 always does).
+    warm_up = argparse.Namespace(**{**vars(args), "timesteps": kwargs["max_cycles"] * args.n_envs})
+    builders = {**BUILDERS, **OPTIONAL_BUILDERS}
+    for name in names:
+        measure(builders[name], warm_up, kwargs, args.seed)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for round_idx in range(args.rounds):
+        # Rotate the order, so that no algorithm always runs first (two algorithms: A B, B A, ...).
+        order = list(names[round_idx % len(names) :]) + list(names[: round_idx % len(names)])
+        if len(names) == 2 and round_idx % 2:
+            order = list(reversed(names))
+        for name in order:
+            seconds = measure(builders[name], args, kwargs, args.seed + round_idx)
+            rates[name].append(args.timesteps * n_agents / seconds)
+    return rates
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of each algorithm (median is reported)")
+    parser.add_argument("--timesteps", type=int, default=9600, help="env steps per round (default: 6 updates)")
+    parser.add_argument("--n-envs", type=int, default=8, help="env copies")
+    parser.add_argument("--n-agents", type=int, default=3, help="simple_spread's N")
+    parser.add_argument("--peer-n-steps", type=int, default=200, help="the peer's n_steps per VecEnv entry")
+    parser.add_argument("--batch-size", type=int, default=256, help="minibatch size of both")
+    parser.add_argument("--n-epochs", type=int, default=10, help="passes per update of both")
+    parser.add_argument("--skrl", action="store_true", help="add skrl's IPPO as a third column (pip install skrl)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Run the benchmark, print the table, and return the median agent-steps/s of each algorithm."""
+    args = parse_args(argv)
+    common.set_torch_threads(1)
+    kwargs = common.env_kwargs(ENV_NAME, args.n_agents)
+    names = list(BUILDERS) + (["skrl"] if args.skrl else [])
+    rates = compare(args, kwargs, names)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    samples = args.peer_n_steps * args.n_envs * args.n_agents
+    print(common.machine_description())
+    print(
+        f"{ENV_NAME} {kwargs}, {args.n_envs} copies, 64x64 MLPs, {samples:,} agent-transitions per update "
+        f"(IPPO n_steps {args.peer_n_steps * args.n_envs} per agent; peer n_steps {args.peer_n_steps} x "
+        f"{args.n_envs * args.n_agents} entries), n_epochs {args.n_epochs}, batch_size {args.batch_size}, target_kl None; "
+        f"{args.rounds} rounds x {args.timesteps:,} env steps, alternating"
+    )
+    print(f"{'algorithm':<10}{'agent-steps/s (median)':>24}{'min':>10}{'max':>10}{'rounds':>40}")
+    for name, values in rates.items():
+        rounds = " ".join(f"{value:,.0f}" for value in values)
+        print(f"{name:<10}{medians[name]:>24,.0f}{min(values):>10,.0f}{max(values):>10,.0f}{rounds:>40}")
+    medians["ratio"] = medians["ippo"] / medians["peer"]
+    print(f"ratio IPPO/peer (medians): {medians['ratio']:.2f}")
+    if "skrl" in medians:
+        medians["ratio_skrl"] = medians["ippo"] / medians["skrl"]
+        print(f"ratio IPPO/skrl (medians): {medians['ratio_skrl']:.2f} (skrl: 1 env copy, no PettingZoo vectorization)")
+    return medians
+
+
+if __name__ == "__main__":
+    main()
