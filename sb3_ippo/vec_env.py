@@ -502,8 +502,9 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
                 self._fail(f"worker {worker} (env copies {list(self._slices[worker])}) died with exit code {process.exitcode}")
         try:
             status, payload = remote.recv()
-        except EOFError:
-            # A worker that dies closes its end of the pipe: wait for its exit code, which says why.
+        except (EOFError, ConnectionResetError):
+            # A worker that dies closes its end of the pipe (reset, if it dies while starting up): wait for its
+            # exit code, which says why.
             process.join(timeout=1.0)
             self._fail(
                 f"worker {worker} (env copies {list(self._slices[worker])}) closed its pipe unexpectedly "
@@ -517,15 +518,26 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         self.close()
         raise RuntimeError(f"SubprocMultiAgentVecEnv: {message}")
 
+    def _send(self, worker: int, command: str, data: Any) -> None:
+        try:
+            self.remotes[worker].send((command, data))
+        except (BrokenPipeError, ConnectionResetError):
+            # The worker is gone, e.g. it died while starting up (an env factory that cannot be unpickled there).
+            self.processes[worker].join(timeout=1.0)
+            self._fail(
+                f"worker {worker} (env copies {list(self._slices[worker])}) is gone "
+                f"(exit code {self.processes[worker].exitcode})"
+            )
+
     def _request(self, worker: int, command: str, data: Any) -> Any:
-        self.remotes[worker].send((command, data))
+        self._send(worker, command, data)
         return self._receive(worker)
 
     def _broadcast(self, command: str, per_worker_data: Sequence[Any]) -> list[Any]:
         if self.closed:
             raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
-        for remote, data in zip(self.remotes, per_worker_data, strict=True):
-            remote.send((command, data))
+        for worker, data in enumerate(per_worker_data):
+            self._send(worker, command, data)
         return [self._receive(worker) for worker in range(len(self.remotes))]
 
     def _set_max_episode_steps(self, value: int | None) -> None:
@@ -540,8 +552,8 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         if self.closed:
             raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
         per_copy = self._split_actions(actions)
-        for remote, env_slice in zip(self.remotes, self._slices, strict=True):
-            remote.send(("step", [per_copy[i] for i in env_slice]))
+        for worker, env_slice in enumerate(self._slices):
+            self._send(worker, "step", [per_copy[i] for i in env_slice])
 
     def _wait_agents(self) -> MultiAgentStep:
         results = [result for worker in range(len(self.remotes)) for result in self._receive(worker)]

@@ -8,7 +8,8 @@ simple functions of the current observation and action, so a learner can learn t
 - :class:`HeterogeneousEnv`: one agent per space type: Discrete, Box, MultiDiscrete and MultiBinary actions;
   vector, Dict and uint8 image observations.
 - :class:`VariableLengthEnv`: the episode length is drawn from the seed, so copies end at different steps.
-- :class:`CrashingEnv`: raises, or kills its process, at a given step (for subprocess worker failures).
+- :class:`CrashingEnv`: raises, or kills its process, at a given step (for subprocess worker failures);
+  :class:`FactoryThatFailsInWorkers` makes a worker die while it starts.
 - :class:`CartPoleParallelEnv`: gymnasium's CartPole-v1 as a one-agent parallel env.
 
 All but :class:`RevivingEnv` and :class:`CrashingEnv` pass ``pettingzoo.test.parallel_api_test``.
@@ -320,6 +321,20 @@ class CrashingEnv(DyingAgentsEnv):
                 os._exit(3)
             raise RuntimeError(f"CrashingEnv crashed on purpose at step {self.crash_step}")
         return super().step(actions)
+
+
+def _refuse_to_unpickle() -> None:
+    raise ImportError("FactoryThatFailsInWorkers cannot be rebuilt in a worker process")
+
+
+class FactoryThatFailsInWorkers:
+    """An env factory that works here but cannot be unpickled in a worker, which then dies while starting up."""
+
+    def __reduce__(self) -> tuple:
+        return (_refuse_to_unpickle, ())
+
+    def __call__(self) -> DyingAgentsEnv:
+        return DyingAgentsEnv()
 
 
 class CartPoleParallelEnv(ParallelEnv):

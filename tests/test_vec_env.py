@@ -24,6 +24,7 @@ from tests.envs import (
     CartPoleParallelEnv,
     CrashingEnv,
     DyingAgentsEnv,
+    FactoryThatFailsInWorkers,
     HeterogeneousEnv,
     RevivingEnv,
     VariableLengthEnv,
@@ -527,6 +528,12 @@ def test_crashing_worker_raises_in_the_parent(how: str, message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         vec_env.step_agents(actions)
     assert vec_env.closed and not any(process.is_alive() for process in vec_env.processes)
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_worker_that_dies_while_starting_raises_in_the_parent() -> None:
+    with pytest.raises(RuntimeError, match=r"worker 0 .*exit code 1"):
+        make_vec_env(FactoryThatFailsInWorkers(), n_envs=2, vec_env_cls="subproc")
 
 
 # --- The test envs are well-formed PettingZoo envs ------------------------------------------------------------------
