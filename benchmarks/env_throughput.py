@@ -78,6 +78,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Run the benchmark, print the table, and return the median agent-steps/s of each variant."""
     args = parse_args(argv)
+    # Other processes on the machine slow the subprocess variant most: the load says how far to trust the figures.
+    load_before = os.getloadavg()[0]
     n_envs = args.n_envs
     envs = [make_env() for _ in range(n_envs)]
     for i, env in enumerate(envs):
@@ -118,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(
         f"simple_spread_v3 {ENV_KWARGS}, {n_envs} copies, random actions: {args.rounds} rounds x {args.steps} steps, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs (load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f})"
     )
     print(f"{'variant':<10}{'agent-steps/s (median)':>24}{'min':>12}{'max':>12}{'vs plain':>10}")
     for name in ("plain", "dummy", "subproc"):
