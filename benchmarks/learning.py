@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 ALGOS = ("ippo", "peer")
 LABELS = {"ippo": "IPPO (sb3_ippo, defaults)", "peer": "SB3 PPO + SuperSuit sharing"}
@@ -58,18 +59,19 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     kwargs = common.env_kwargs(env_name)
     agents = common.agent_ids(env_name, kwargs)
     recorder = common.EpisodeRecorder(agents, peer=algo == "peer")
+    callback = CallbackList([recorder, PartialSaver(recorder, task)])
     start = time.perf_counter()
     if algo == "ippo":
         from sb3_ippo import IPPO
 
         env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
         model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu")
-        model.learn(total_timesteps=timesteps, callback=recorder)
+        model.learn(total_timesteps=timesteps, callback=callback)
         evaluate = common.evaluate_ippo
     else:
         env = common.make_peer_env(env_name, task["n_envs"], seed, kwargs)
         model = common.make_peer(env, seed, n_steps=task["peer_n_steps"], batch_size=task["peer_batch_size"])
-        model.learn(total_timesteps=timesteps * len(agents), callback=recorder)
+        model.learn(total_timesteps=timesteps * len(agents), callback=callback)
         evaluate = common.evaluate_peer
     train_seconds = time.perf_counter() - start
     env.close()
@@ -78,6 +80,27 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
         for mode in ("deterministic", "stochastic")
     }
     return {**task, "agents": agents, "train_seconds": train_seconds, "episodes": recorder.episodes, "final": final}
+
+
+class PartialSaver(BaseCallback):
+    """Every ``task["save_every"]`` env steps, writes the episodes so far next to the run's cache file
+    (``*.partial.json``), so that ``--plot-only --partial`` can draw a run that was stopped before its end."""
+
+    def __init__(self, recorder: common.EpisodeRecorder, task: dict[str, Any]) -> None:
+        super().__init__()
+        self.recorder, self.task = recorder, task
+        self.path = cache_path(Path(task["cache"]), task).with_suffix(".partial.json")
+        self.next_save = task["save_every"]
+
+    def _on_step(self) -> bool:
+        env_steps = self.recorder.env_steps()
+        if env_steps >= self.next_save:
+            self.next_save += self.task["save_every"]
+            partial = {**self.task, "timesteps": env_steps, "agents": self.recorder.agents, "partial": True,
+                       "train_seconds": time.perf_counter() - self.recorder.start_time, "episodes": self.recorder.episodes}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(partial))
+        return True
 
 
 def cache_path(cache: Path, task: dict[str, Any]) -> Path:
@@ -110,10 +133,11 @@ def sides(env_name: str, agents: list[str]) -> dict[str, list[str]]:
     return curves
 
 
-def binned_curve(result: dict[str, Any], members: list[str], bin_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean return of ``members`` (summed) over the episodes finished in each bin of env steps (bin ends)."""
-    episodes = [e for e in result["episodes"] if e["env_steps"] <= result["timesteps"]]
-    n_bins = result["timesteps"] // bin_size
+def binned_curve(result: dict[str, Any], members: list[str], bin_size: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean return of ``members`` (summed) over the episodes finished in each bin of env steps (bin ends), up to
+    ``limit`` env steps."""
+    episodes = [e for e in result["episodes"] if e["env_steps"] <= limit]
+    n_bins = limit // bin_size
     steps = np.array([e["env_steps"] for e in episodes])
     values = np.array([sum(e[f"return/{agent}"] for agent in members) for e in episodes])
     ends, means = [], []
@@ -125,10 +149,9 @@ def binned_curve(result: dict[str, Any], members: list[str], bin_size: int) -> t
     return np.array(ends), np.array(means)
 
 
-def final_training_return(result: dict[str, Any], members: list[str]) -> float:
-    """Mean return of ``members`` over the training episodes of the last 10% of the env steps."""
-    cutoff = 0.9 * result["timesteps"]
-    tail = [e for e in result["episodes"] if cutoff < e["env_steps"] <= result["timesteps"]]
+def final_training_return(result: dict[str, Any], members: list[str], limit: int) -> float:
+    """Mean return of ``members`` over the training episodes of the last 10% of ``limit`` env steps."""
+    tail = [e for e in result["episodes"] if 0.9 * limit < e["env_steps"] <= limit]
     return float(np.mean([sum(e[f"return/{agent}"] for agent in members) for e in tail]))
 
 
@@ -150,14 +173,16 @@ def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, e
                 if not runs:
                     continue
                 for r in runs:
-                    for end, value in zip(*binned_curve(r, members, bin_size), strict=True):
+                    for end, value in zip(*binned_curve(r, members, bin_size, timesteps), strict=True):
                         curve_rows.append(
                             {"env": env_name, "algo": algo, "seed": r["seed"], "side": side, "env_steps": int(end),
                              "mean_return": round(float(value), 3)}
                         )
-                final_train = [final_training_return(r, members) for r in runs]
-                final_det = [sum(r["final"]["deterministic"][f"return/{a}"] for a in members) for r in runs]
-                final_sto = [sum(r["final"]["stochastic"][f"return/{a}"] for a in members) for r in runs]
+                final_train = [final_training_return(r, members, timesteps) for r in runs]
+                # A partial run (stopped before its end) has no final evaluation; nor does a run longer than the others.
+                evaluated = [r for r in runs if "final" in r and r["timesteps"] == timesteps]
+                final_det = [sum(r["final"]["deterministic"][f"return/{a}"] for a in members) for r in evaluated] or [np.nan]
+                final_sto = [sum(r["final"]["stochastic"][f"return/{a}"] for a in members) for r in evaluated] or [np.nan]
                 summary.append(
                     {
                         "env": env_name, "algo": algo, "side": side, "seeds": len(runs), "env_steps": timesteps,
@@ -170,7 +195,7 @@ def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, e
                         "train_minutes_median": statistics.median(r["train_seconds"] for r in runs) / 60,
                     }
                 )
-        plot_env(env_name, env_results, curves, bin_size, out / f"learning_{env_name}.png", random_scores)
+        plot_env(env_name, env_results, curves, bin_size, timesteps, out / f"learning_{env_name}.png", random_scores)
 
     with open(out / "learning_curves.csv", "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(curve_rows[0]))
@@ -184,7 +209,13 @@ def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, e
 
 
 def plot_env(
-    env_name: str, results: list[dict[str, Any]], curves: dict[str, list[str]], bin_size: int, path: Path, random_scores: dict
+    env_name: str,
+    results: list[dict[str, Any]],
+    curves: dict[str, list[str]],
+    bin_size: int,
+    limit: int,
+    path: Path,
+    random_scores: dict,
 ) -> None:
     import matplotlib
 
@@ -197,7 +228,7 @@ def plot_env(
             runs = [r for r in results if r["algo"] == algo]
             if not runs:
                 continue
-            per_seed = [dict(zip(*binned_curve(r, members, bin_size), strict=True)) for r in runs]
+            per_seed = [dict(zip(*binned_curve(r, members, bin_size, limit), strict=True)) for r in runs]
             ends = sorted(set.intersection(*(set(curve) for curve in per_seed)))
             values = np.array([[curve[end] for end in ends] for curve in per_seed])
             ax.plot(ends, values.mean(axis=0), color=color, label=f"{LABELS[algo]} ({len(runs)} seeds)")
@@ -239,6 +270,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="where the PNGs and CSVs go")
     parser.add_argument("--cache", type=Path, default=Path("runs/learning_benchmark"), help="per-run JSON results")
     parser.add_argument("--plot-only", action="store_true", help="draw from the cached runs only")
+    parser.add_argument("--partial", action="store_true", help="with --plot-only: use the partial results of unfinished runs")
+    parser.add_argument("--save-every", type=int, default=5000, help="env steps between partial saves")
     return parser.parse_args(argv)
 
 
@@ -253,7 +286,7 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
                 tasks.append(
                     {"env": env_name, "algo": algo, "seed": seed, "timesteps": timesteps, "n_envs": args.n_envs,
                      "peer_n_steps": args.peer_n_steps, "peer_batch_size": args.peer_batch_size,
-                     "eval_episodes": args.eval_episodes}
+                     "eval_episodes": args.eval_episodes, "cache": str(args.cache), "save_every": args.save_every}
                 )
     # IPPO with its defaults is the slow one: start the long runs first.
     return sorted(tasks, key=lambda t: (t["algo"] != "ippo", -t["timesteps"]))
@@ -265,7 +298,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     common.set_torch_threads(1)
     tasks = make_tasks(args)
     if args.plot_only:
-        results = [json.loads(cache_path(args.cache, t).read_text()) for t in tasks if cache_path(args.cache, t).exists()]
+        results = []
+        for task in tasks:
+            path = cache_path(args.cache, task)
+            partial = path.with_suffix(".partial.json")
+            if path.exists():
+                results.append(json.loads(path.read_text()))
+            elif args.partial and partial.exists():
+                results.append(json.loads(partial.read_text()))
     elif args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
             results = pool.map(run_cached, [(t, str(args.cache)) for t in tasks], chunksize=1)
