@@ -17,8 +17,9 @@ episodes (deterministic and stochastic actions).
 ``simple_adversary_v3`` (N=2) is drawn per side: the adversary's return and the good agents' (summed).
 
 The defaults are the issue's full size (3 seeds x 500k env steps per env and algorithm); each run is cached
-in ``--cache`` as JSON, so an interrupted benchmark resumes and ``--plot-only`` redraws. Runs execute in
-``--jobs`` worker processes (one torch thread each).
+in ``--cache`` as JSON, so an interrupted benchmark resumes and ``--plot-only`` redraws; every ``--save-every`` env
+steps each run also writes its episodes so far, which ``--plot-only --partial`` draws (the comparison is then cut
+at the env steps every run reached). Runs execute in ``--jobs`` worker processes (one torch thread each).
 
     python benchmarks/learning.py [--envs simple_spread_v3 simple_adversary_v3] [--timesteps 500000]
         [--seeds 3] [--adversary-timesteps T] [--adversary-seeds S] [--jobs 1] [--out docs/benchmarks]
