@@ -1,0 +1,64 @@
+"""IPPO on mpe2's simple_spread_v3: three agents with discrete actions learn to cover three landmarks.
+
+Every agent gets its own MlpPolicy. The example builds 8 env copies with ``make_vec_env``, trains, saves the
+model to one zip, loads it back and prints the team return (the sum of the agents' rewards over an episode)
+over evaluation episodes. A random policy scores about -80.
+
+    python examples/simple_spread.py                      # 50k env steps, a couple of minutes on 2 cores
+    python examples/simple_spread.py --timesteps 200000   # about -64, in some 7 CPU-minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+from collections.abc import Sequence
+
+import torch as th
+from mpe2 import simple_spread_v3
+
+from sb3_ippo import IPPO, evaluate_policy, make_vec_env
+
+ENV_KWARGS = dict(N=3, max_cycles=25)
+
+
+def main(argv: Sequence[str] | None = None) -> float:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timesteps", type=int, default=50_000, help="env steps to train for (default: 50000)")
+    parser.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes (default: 50)")
+    parser.add_argument("--out", default="runs/examples", help="folder of the saved model (default: runs/examples)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    # One torch thread, not torch's default of one per core: as soon as other processes want the cores, threads
+    # that wait for each other make every small update crawl (measured on a busy 2-core machine, 2,000 env steps
+    # of simple_spread with IPPO's defaults: 41 s with one thread, 469 s with two).
+    th.set_num_threads(1)
+
+    env = make_vec_env(simple_spread_v3.parallel_env, n_envs=8, seed=args.seed, env_kwargs=ENV_KWARGS)
+    # An update every 8 finished episodes per agent (200 transitions each), as IPPO's defaults do, but with at most
+    # 20 passes at a learning rate of 1e-3 instead of 80 at 3e-4: each update is about 2.5 times cheaper and, at
+    # this budget, learns as much (measured at 30k env steps: -69.6 in 98 CPU-seconds, against -71.1 in 224 with
+    # the defaults).
+    model = IPPO("MlpPolicy", env, n_episodes=8, n_epochs=20, learning_rate=1e-3, seed=args.seed, verbose=1)
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.timesteps, log_interval=25)
+    elapsed = time.perf_counter() - start
+    print(f"Trained for {model.num_timesteps} env steps ({model.policy_version} updates) in {elapsed:.0f} s")
+
+    path = pathlib.Path(args.out) / "ippo_simple_spread.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+    env.close()
+    model = IPPO.load(path)
+
+    eval_env = make_vec_env(simple_spread_v3.parallel_env, n_envs=1, seed=args.seed + 1000, env_kwargs=ENV_KWARGS)
+    mean, std = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes)
+    print(f"Team return over {args.eval_episodes} episodes: {mean:.2f} +/- {std:.2f}")
+    eval_env.close()
+    return float(mean)
+
+
+if __name__ == "__main__":
+    main()
