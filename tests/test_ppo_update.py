@@ -637,7 +637,7 @@ def test_build_batch_normalizes_observations_and_bootstrap_observations() -> Non
     normalizer.update(np.random.default_rng(0).normal(3.0, 4.0, size=(200, 4)))
     raw = np.concatenate([t.observations for t in trajectories])
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, obs_normalizer=normalizer)
+    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, preprocess_obs=normalizer.normalize)
 
     normalized = normalizer.normalize(raw)
     bootstrap = network_values(policy, normalizer.normalize(trajectories[0].bootstrap_obs[None]))  # type: ignore[arg-type]
