@@ -7,12 +7,10 @@ episode lasts 6 steps, its team return is at most 2 + 4 + 6 = 12, and one vector
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-import torch as th
 from stable_baselines3.common.callbacks import (
     BaseCallback,
     CallbackList,
@@ -31,15 +29,6 @@ from tests.envs import DyingAgentsEnv
 N_ENVS = 2
 EPISODE_LENGTH = 6
 BEST_TEAM_RETURN = 2 + 4 + 6
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Tiny networks run many times faster on one thread than on several competing for two cores.
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
 
 
 def make_model(n_envs: int = N_ENVS, **kwargs: Any) -> IPPO:

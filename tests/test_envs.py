@@ -3,7 +3,6 @@ Dict observations, AEC envs, one copy and several (dummy and subprocess)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,15 +18,6 @@ from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 
 TINY_CNN = dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=16))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Tiny networks run many times faster on one thread than on several competing for two cores.
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
 
 
 def make_model(env: Any, policy: str = "MlpPolicy", **kwargs: Any) -> IPPO:

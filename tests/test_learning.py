@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch as th
 
 from sb3_ippo import IPPO, evaluate_policy, make_vec_env
 from tests.envs import CartPoleParallelEnv
@@ -12,7 +11,6 @@ from tests.envs import CartPoleParallelEnv
 @pytest.mark.slow
 def test_one_agent_cartpole_reaches_400_within_100k_steps() -> None:
     """IPPO with its default hyperparameters is a sound PPO: a 1-agent CartPole-v1 learns to a mean return >= 400."""
-    th.set_num_threads(1)
     env = make_vec_env(CartPoleParallelEnv, n_envs=4, seed=0)
     model = IPPO("MlpPolicy", env, seed=0)
     model.learn(100_000)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import math
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -28,15 +27,6 @@ from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 
 TRAJECTORY_LENGTHS = {"agent_0": 2, "agent_1": 4, "agent_2": 6}
 EPISODE_LENGTH = 6
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Tiny networks run many times faster on one thread than on several competing for two cores.
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
 
 
 def make_model(env: Any = None, **kwargs: Any) -> IPPO:

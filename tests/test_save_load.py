@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -18,15 +17,6 @@ from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 
 TINY = dict(policy_kwargs=dict(net_arch=[16]), n_epochs=2)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    # Tiny networks run many times faster on one thread than on several competing for two cores.
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
 
 
 def make_model(env: Any = None, **kwargs: Any) -> IPPO:
