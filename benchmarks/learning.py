@@ -6,7 +6,8 @@ agent's return). The curves are the mean of each seed's episodes in bins of env 
 over seeds and the spread (min..max over seeds). After training, each model is evaluated on ``--eval-episodes``
 episodes (deterministic and stochastic actions).
 
-- IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.01, batch_size None, 64x64 networks).
+- IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.02, normalize_returns, batch_size None,
+  64x64 networks).
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
   env steps) and ``batch_size=256`` (PettingZoo's SB3 tutorials); ``--peer-n-steps``/``--peer-batch-size``
@@ -289,8 +290,9 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
                      "peer_n_steps": args.peer_n_steps, "peer_batch_size": args.peer_batch_size,
                      "eval_episodes": args.eval_episodes, "cache": str(args.cache), "save_every": args.save_every}
                 )
-    # IPPO with its defaults is the slow one: start the long runs first.
-    return sorted(tasks, key=lambda t: (t["algo"] != "ippo", -t["timesteps"]))
+    # One env at a time (all its runs, the slow IPPO ones first), so that a stopped benchmark leaves whole
+    # comparisons behind rather than IPPO runs without their peers.
+    return sorted(tasks, key=lambda t: (args.envs.index(t["env"]), t["algo"] != "ippo"))
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
