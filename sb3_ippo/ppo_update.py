@@ -248,13 +248,15 @@ def ppo_update(
     max_grad_norm: float | None = 0.5,
     target_kl: float | None = 0.01,
     shuffle_minibatches: bool = False,
+    generator: th.Generator | None = None,
 ) -> UpdateStats:
     """Up to ``n_epochs`` passes of PPO over ``batch`` with the policy's own optimizer.
 
     Minibatches of ``batch_size`` (None: the whole batch) are taken in stored order, or shuffled each pass with
-    ``shuffle_minibatches``. Advantages are normalized once over the whole batch. Before each gradient step, if
-    the minibatch's approximate KL exceeds ``1.5 * target_kl``, the step is skipped and all remaining passes are
-    stopped (as SB3 PPO and the reference do). ``n_epochs_run`` counts the passes that made a gradient step.
+    ``shuffle_minibatches`` (permutations drawn from ``generator``, a CPU generator; None: torch's global one).
+    Advantages are normalized once over the whole batch. Before each gradient step, if the minibatch's
+    approximate KL exceeds ``1.5 * target_kl``, the step is skipped and all remaining passes are stopped (as SB3
+    PPO and the reference do). ``n_epochs_run`` counts the passes that made a gradient step.
     """
     advantages = batch.advantages
     if normalize_advantage and len(advantages) > 1:
@@ -269,7 +271,7 @@ def ppo_update(
     n_epochs_run = 0
     stop = False
     for _ in range(n_epochs):
-        order = th.randperm(n_transitions, device=batch.advantages.device) if shuffle_minibatches else None
+        order = th.randperm(n_transitions, generator=generator).to(advantages.device) if shuffle_minibatches else None
         stepped = False
         for start in range(0, n_transitions, minibatch_size):
             end = start + minibatch_size

@@ -68,3 +68,10 @@ def test_profile_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     parts = load_benchmark("profile_ippo").main(["--timesteps", "200", "--n-envs", "8", "--top", "5"])
     assert parts["learn (total)"] > 0 and parts["update (train)"] <= parts["learn (total)"]
     assert "cumtime" in capsys.readouterr().out
+
+
+def test_async_training_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    medians = load_benchmark("async_training").main(["--rounds", "1", "--timesteps", "400", "--n-envs", "2"])
+    assert medians["sync"] > 0 and medians["async"] > 0
+    assert medians["ratio"] == pytest.approx(medians["async"] / medians["sync"])
+    assert "ratio async/sync" in capsys.readouterr().out

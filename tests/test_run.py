@@ -283,6 +283,7 @@ def test_normalize_returns_statistics_persist_across_updates() -> None:
         dict(normalize_advantage=False),
         dict(learning_rate=lambda progress: 1e-3 * progress, clip_range=lambda progress: 0.2 * progress + 0.01),
         dict(max_version_lag=0, max_buffered_episodes=4),
+        dict(async_training=True, normalize_obs=True, shuffle_minibatches=True, batch_size=4),
     ],
     ids=lambda hyperparameters: ",".join(hyperparameters) or "defaults",
 )

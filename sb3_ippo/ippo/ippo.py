@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import pathlib
@@ -9,6 +10,8 @@ import re
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
@@ -25,7 +28,7 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
-from sb3_ippo.buffer import AgentEpisodeBuffer
+from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
@@ -43,6 +46,22 @@ def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
     if isinstance(obs, dict):
         return {key: value[rows] for key, value in obs.items()}
     return obs[rows]
+
+
+@dataclass
+class UpdateJob:
+    """One update's work: each agent's drained trajectories and the objects the update changes. Synchronously these
+    are the model's own; with ``async_training`` they are copies, so that collection goes on with the model's
+    policies (and observation statistics) while the update runs in the background."""
+
+    trajectories: dict[AgentID, list[Trajectory]]
+    policies: dict[AgentID, ActorCriticPolicy]
+    obs_normalizers: dict[AgentID, ObservationNormalizer] | None
+    return_normalizers: dict[AgentID, ReturnNormalizer] | None
+    progress_remaining: float
+    clip_range: float
+    clip_range_vf: float | None
+    generator: th.Generator | None
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -80,7 +99,8 @@ class IPPO(BaseAlgorithm):
     Largely identical to SB3's PPO in its losses (clipped surrogate, optional value clipping, entropy bonus,
     gradient clipping); it differs in what a batch is (whole trajectories, not fixed-length rollouts), in when
     values and log-probs are computed (at update time, by default) and in the early stop (checked before every
-    gradient step, stopping all remaining passes of that agent).
+    gradient step, stopping all remaining passes of that agent). With ``async_training``, each update runs in a
+    background thread while collection goes on with the previous policies (see the parameter).
 
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass.
@@ -127,6 +147,12 @@ class IPPO(BaseAlgorithm):
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
         Without ``n_steps``, it must be at least ``n_episodes``, or no update could ever be due.
+    :param async_training: Overlap each update with collection (the reference's background training thread).
+        When an update is due, the drained trajectories are trained on copies of the policies in a background
+        thread, while collection fills the next batch with the current policies; the trained weights are applied,
+        and ``policy_version`` advances, when the next update is due. Every batch after the first was thus
+        collected by the previous version (lag 1, so ``max_version_lag`` must be at least 1). It pays when the
+        env and the update each leave a core free; runs stay reproducible with a seed.
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``.
@@ -170,6 +196,7 @@ class IPPO(BaseAlgorithm):
         rollout_len: int | None = None,
         max_episode_steps: int | None = None,
         max_buffered_episodes: int | None = None,
+        async_training: bool = False,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -216,6 +243,7 @@ class IPPO(BaseAlgorithm):
         self.rollout_len = rollout_len
         self.max_episode_steps = max_episode_steps
         self.max_buffered_episodes = max_buffered_episodes
+        self.async_training = async_training
 
         self.policy_version = 0
         self.stale_episodes_dropped = 0
@@ -225,6 +253,7 @@ class IPPO(BaseAlgorithm):
         self._agents_seen: set[AgentID] = set()
         self._last_alive: dict[AgentID, np.ndarray] | None = None
         self.update_stats: dict[AgentID, UpdateStats] = {}
+        self._update_in_flight: tuple[UpdateJob, Future[dict[AgentID, UpdateStats]]] | None = None
 
         if _init_setup_model:
             self._check_hyperparameters()
@@ -257,6 +286,11 @@ class IPPO(BaseAlgorithm):
             # No update could ever be due: collection would reject trajectories forever.
             raise ValueError(
                 f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes ({self.n_episodes})"
+            )
+        if self.async_training and self.max_version_lag < 1:
+            raise ValueError(
+                "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
+                "drop as stale: use max_version_lag >= 1 or async_training=False"
             )
         if self.target_kl is not None and self.target_kl <= 0:
             raise ValueError(f"target_kl must be positive or None, got {self.target_kl}")
@@ -403,6 +437,7 @@ class IPPO(BaseAlgorithm):
             "_last_episode_starts",
             "clip_range_schedule",
             "clip_range_vf_schedule",
+            "_update_in_flight",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -481,16 +516,30 @@ class IPPO(BaseAlgorithm):
             self._last_alive = self.env.alive
         iteration = 0
         callback.on_training_start(locals(), globals())
-        while self.num_timesteps < total_timesteps:
-            if not self.collect_rollouts(self.env, callback, total_timesteps):
-                break
-            if not self._update_due():
-                break  # The budget ran out before an update was due.
-            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-            self.train()
-            iteration += 1
-            if log_interval is not None and iteration % log_interval == 0:
-                self.dump_logs(iteration)
+        executor = ThreadPoolExecutor(1, thread_name_prefix="ippo-update") if self.async_training else None
+        try:
+            while self.num_timesteps < total_timesteps:
+                if not self.collect_rollouts(self.env, callback, total_timesteps):
+                    break
+                if not self._update_due():
+                    break  # The budget ran out before an update was due.
+                if self._finish_update_in_flight() and not self._update_due():
+                    continue  # The new version made waiting trajectories stale: collect more.
+                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                if executor is None:
+                    self.train()
+                else:
+                    job = self._prepare_update()
+                    self._update_in_flight = (job, executor.submit(self._run_update, job))
+                iteration += 1
+                if log_interval is not None and iteration % log_interval == 0:
+                    self.dump_logs(iteration)
+        finally:
+            finished_last = self._finish_update_in_flight()
+            if executor is not None:
+                executor.shutdown()
+        if finished_last and log_interval is not None:
+            self.dump_logs(iteration)
         callback.on_training_end()
         return self
 
@@ -501,11 +550,14 @@ class IPPO(BaseAlgorithm):
             for agent in self._agents_seen
         )
 
-    def _policy_input(self, agent: AgentID, obs: ObsArray) -> ObsArray:
-        """Raw observations (single or batched) as the agent's policy takes them: normalized with the current
-        statistics (frozen here), images channel-first."""
-        if self.obs_normalizers is not None:
-            obs = self.obs_normalizers[agent].normalize(obs)
+    def _policy_input(
+        self, agent: AgentID, obs: ObsArray, obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None = None
+    ) -> ObsArray:
+        """Raw observations (single or batched) as the agent's policy takes them: normalized with the statistics
+        of ``obs_normalizers`` (default: the model's; frozen here), images channel-first."""
+        normalizers = self.obs_normalizers if obs_normalizers is None else obs_normalizers
+        if normalizers is not None:
+            obs = normalizers[agent].normalize(obs)
         return to_policy_observation(obs, self.observation_spaces[agent])
 
     def _act(self, agent: AgentID, obs: ObsArray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -586,17 +638,49 @@ class IPPO(BaseAlgorithm):
             buffer.stale_episodes_dropped = buffer.rejected_episodes = 0
 
     def train(self) -> None:
-        """Drain each agent's oldest trajectories and update its policy on them; then ``policy_version`` advances."""
+        """Drain each agent's oldest trajectories and update its policy on them; then ``policy_version`` advances.
+        (Runs in the calling thread; ``learn`` with ``async_training`` runs the same steps with the middle one in
+        the background.)"""
+        job = self._prepare_update()
+        self._apply_update(job, self._run_update(job))
+
+    def _prepare_update(self) -> UpdateJob:
+        """Drain the batches (dropping stale trajectories) and set the learning rate and clip ranges; with
+        ``async_training``, copy what the update will change."""
         progress = self._current_progress_remaining
         self._update_learning_rate([policy.optimizer for policy in self.policies.values()])
-        clip_range = self.clip_range_schedule(progress)
-        clip_range_vf = None if self.clip_range_vf_schedule is None else self.clip_range_vf_schedule(progress)
-        self.update_stats = {}
+        trajectories = {}
         for agent in self.possible_agents:
-            trajectories = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
-            if not trajectories:
-                continue
-            policy = self.policies[agent]
+            drained = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
+            if drained:
+                trajectories[agent] = drained
+        self._count_dropped_episodes()
+        policies = {agent: self.policies[agent] for agent in trajectories}
+        obs_normalizers, return_normalizers = self.obs_normalizers, self.return_normalizers
+        if self.async_training:
+            # One deepcopy, so that each copied optimizer holds its copied policy's parameters.
+            policies, obs_normalizers, return_normalizers = copy.deepcopy((policies, obs_normalizers, return_normalizers))
+        generator = None
+        if self.shuffle_minibatches:
+            # Drawn here, in the collecting thread, so that a background update leaves torch's global RNG alone.
+            generator = th.Generator().manual_seed(int(th.randint(2**62, (1,)).item()))
+        return UpdateJob(
+            trajectories=trajectories,
+            policies=policies,
+            obs_normalizers=obs_normalizers,
+            return_normalizers=return_normalizers,
+            progress_remaining=progress,
+            clip_range=self.clip_range_schedule(progress),
+            clip_range_vf=None if self.clip_range_vf_schedule is None else self.clip_range_vf_schedule(progress),
+            generator=generator,
+        )
+
+    def _run_update(self, job: UpdateJob) -> dict[AgentID, UpdateStats]:
+        """Each agent's batch (fresh values and log-probs, GAE) and PPO update. It touches only the job's objects,
+        so it may run in a background thread."""
+        stats = {}
+        for agent, trajectories in job.trajectories.items():
+            policy = job.policies[agent]
             batch = build_batch(
                 policy,
                 trajectories,
@@ -604,29 +688,50 @@ class IPPO(BaseAlgorithm):
                 gae_lambda=self.gae_lambda,
                 recompute_values=self.recompute_values,
                 recompute_log_prob=self.recompute_log_prob,
-                preprocess_obs=functools.partial(self._policy_input, agent),
-                return_normalizer=None if self.return_normalizers is None else self.return_normalizers[agent],
+                preprocess_obs=functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers),
+                return_normalizer=None if job.return_normalizers is None else job.return_normalizers[agent],
             )
-            self.update_stats[agent] = ppo_update(
+            stats[agent] = ppo_update(
                 policy,
                 batch,
                 n_epochs=self.n_epochs,
                 batch_size=self.batch_size,
-                clip_range=clip_range,
-                clip_range_vf=clip_range_vf,
+                clip_range=job.clip_range,
+                clip_range_vf=job.clip_range_vf,
                 normalize_advantage=self.normalize_advantage,
                 ent_coef=self.ent_coef,
                 vf_coef=self.vf_coef,
                 max_grad_norm=self.max_grad_norm,
                 target_kl=self.target_kl,
                 shuffle_minibatches=self.shuffle_minibatches,
+                generator=job.generator,
             )
-        self._count_dropped_episodes()
+        return stats
+
+    def _apply_update(self, job: UpdateJob, stats: dict[AgentID, UpdateStats]) -> None:
+        """Install the job's results (weights and optimizer states, when it trained copies), advance
+        ``policy_version`` and record the update's statistics."""
+        for agent, trained in job.policies.items():
+            policy = self.policies[agent]
+            if trained is not policy:
+                policy.load_state_dict(trained.state_dict())
+                policy.optimizer.load_state_dict(trained.optimizer.state_dict())
+        self.return_normalizers = job.return_normalizers
+        self.update_stats = stats
         self.policy_version += 1
         self._n_updates += 1
-        self._record_update(clip_range)
+        self._record_update(job)
 
-    def _record_update(self, clip_range: float) -> None:
+    def _finish_update_in_flight(self) -> bool:
+        """Wait for the background update, if one runs, and apply it. Returns whether there was one."""
+        if self._update_in_flight is None:
+            return False
+        job, future = self._update_in_flight
+        self._update_in_flight = None
+        self._apply_update(job, future.result())
+        return True
+
+    def _record_update(self, job: UpdateJob) -> None:
         stats = list(self.update_stats.values())
         if stats:
             for name in (
@@ -648,8 +753,8 @@ class IPPO(BaseAlgorithm):
             self.logger.record(prefix + "n_transitions", agent_stats.n_transitions)
         self.logger.record("train/policy_version", self.policy_version)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/learning_rate", self.lr_schedule(self._current_progress_remaining))
-        self.logger.record("train/clip_range", clip_range)
+        self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
+        self.logger.record("train/clip_range", job.clip_range)
         self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
