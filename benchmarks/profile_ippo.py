@@ -1,6 +1,6 @@
 """Where one IPPO training run spends its time: cProfile of ``IPPO.learn`` with IPPO's defaults.
 
-simple_spread_v3 (N=3, 25 cycles), 8 in-process copies, IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.01,
+simple_spread_v3 (N=3, 25 cycles), 8 in-process copies, IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.02,
 batch_size None, 64x64 MLPs), ``--timesteps`` env steps, torch on one thread. The run is profiled with cProfile and
 the cumulative CPU time (``time.process_time``: on a shared machine wall time would count other jobs' time
 slices) of the functions that make up each step of the loop is summed into a table:
