@@ -38,7 +38,6 @@ def test_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_throughput_skrl_column_smoke() -> None:
-    pytest.importorskip("skrl")
     medians = load_benchmark("throughput").main(
         ["--rounds", "1", "--timesteps", "50", "--batch-size", "50", "--skrl", *TINY]
     )
