@@ -80,7 +80,12 @@ def build_skrl(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> C
     from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
     from skrl.multi_agents.torch.ippo import IPPO_CFG
     from skrl.trainers.torch import SequentialTrainer
+    from skrl import logger as skrl_logger
     from skrl.utils import set_seed
+
+    # skrl's info messages ("Environment closed", ...) add nothing to the table, and its handler holds the stdout
+    # of the moment of import, which pytest closes before skrl's last message.
+    skrl_logger.setLevel("WARNING")
 
     def mlp(n_in: int, n_out: int) -> nn.Module:
         return nn.Sequential(nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_out))
