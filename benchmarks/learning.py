@@ -318,11 +318,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     print(common.machine_description())
     header = ["env", "algo", "side", "seeds", "env steps", "train last 10%", "min", "max", "eval det.", "eval stoch.",
               "random", "train min"]
-    print("".join(f"{h:>14}" for h in header))
+    print(f"{header[0]:>20}" + "".join(f"{h:>16}" for h in header[1:]))
     for row in summary:
         print(
-            f"{row['env'][:13]:>14}{row['algo']:>14}{row['side'][:13]:>14}{row['seeds']:>14}{row['env_steps']:>14,}"
-            + "".join(f"{row[key]:>14.1f}" for key in ("train_last10pct_mean", "train_last10pct_min", "train_last10pct_max",
+            f"{row['env']:>20}{row['algo']:>16}{row['side'][:15]:>16}{row['seeds']:>16}{row['env_steps']:>16,}"
+            + "".join(f"{row[key]:>16.1f}" for key in ("train_last10pct_mean", "train_last10pct_min", "train_last10pct_max",
                                                         "eval_deterministic_mean", "eval_stochastic_mean", "random_policy",
                                                         "train_minutes_median"))
         )
