@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
-from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo import IPPO
 
 ENV_NAME = "simple_spread_v3"
 MODES = {"sync": False, "async": True}
@@ -32,7 +32,7 @@ MODES = {"sync": False, "async": True}
 def train_rate(async_training: bool, args: argparse.Namespace, seed: int) -> float:
     """Env steps per wall-clock second of one fresh model's ``learn``."""
     kwargs = common.env_kwargs(ENV_NAME)
-    env = make_vec_env(common.env_fn(ENV_NAME), n_envs=args.n_envs, seed=seed, vec_env_cls=args.vec_env, env_kwargs=kwargs)
+    env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs, vec_env_cls=args.vec_env)
     model = IPPO("MlpPolicy", env, async_training=async_training, seed=seed, device="cpu",
                  policy_kwargs={"net_arch": common.NET_ARCH})
     start = time.perf_counter()

@@ -85,9 +85,11 @@ def agent_ids(env_name: str, kwargs: dict[str, Any]) -> list[str]:
     return list(env_fn(env_name)(**kwargs).possible_agents)
 
 
-def make_ippo_env(env_name: str, n_envs: int, seed: int, kwargs: dict[str, Any]) -> MultiAgentVecEnv:
-    """IPPO's vectorized env: ``n_envs`` in-process copies."""
-    return make_vec_env(env_fn(env_name), n_envs=n_envs, seed=seed, vec_env_cls="dummy", env_kwargs=kwargs)
+def make_ippo_env(
+    env_name: str, n_envs: int, seed: int, kwargs: dict[str, Any], vec_env_cls: str = "dummy"
+) -> MultiAgentVecEnv:
+    """IPPO's vectorized env: ``n_envs`` copies, in-process unless ``vec_env_cls="subproc"``."""
+    return make_vec_env(env_fn(env_name), n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls, env_kwargs=kwargs)
 
 
 def make_peer_env(env_name: str, n_envs: int, seed: int, kwargs: dict[str, Any]) -> VecEnv:
