@@ -17,7 +17,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 import sb3_ippo.ippo.ippo as ippo_module
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv
-from tests.test_run import EPISODE_LENGTH, make_model, parameters, record_logs, spy_on_batches
+from tests.test_run import EPISODE_LENGTH, assert_same_parameters, make_model, parameters, record_logs, spy_on_batches
 
 STEPS_PER_UPDATE = 2 * EPISODE_LENGTH
 
@@ -82,9 +82,7 @@ def test_the_first_update_equals_the_synchronous_one() -> None:
         assert model.policy_version == 1
         return parameters(model)
 
-    synchronous, asynchronous = first_update(False), first_update(True)
-    for agent, params in synchronous.items():
-        assert all(th.equal(params[name], asynchronous[agent][name]) for name in params), agent
+    assert_same_parameters(first_update(False), first_update(True))
 
 
 def test_runs_are_reproducible_with_a_seed() -> None:
@@ -94,9 +92,7 @@ def test_runs_are_reproducible_with_a_seed() -> None:
         model.learn(4 * STEPS_PER_UPDATE)
         return parameters(model)
 
-    first, second = trained(), trained()
-    for agent, params in first.items():
-        assert all(th.equal(params[name], second[agent][name]) for name in params), agent
+    assert_same_parameters(trained(), trained())
 
 
 def test_the_logger_gets_every_update_once() -> None:
@@ -124,8 +120,7 @@ def test_save_while_an_update_runs_keeps_the_applied_version(tmp_path: pathlib.P
     version, weights = saved[0]
     assert loaded.policy_version == version == 0
     assert loaded.async_training
-    for agent, params in parameters(loaded).items():
-        assert all(th.equal(params[name], weights[agent][name]) for name in params), agent
+    assert_same_parameters(parameters(loaded), weights)
     loaded.learn(2 * STEPS_PER_UPDATE, reset_num_timesteps=False)
     assert loaded.policy_version == 2
 

@@ -16,6 +16,7 @@ from pettingzoo.sisl import multiwalker_v9
 
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
+from tests.test_run import assert_same_parameters, parameters
 
 TINY_CNN = dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=16))
 
@@ -24,12 +25,6 @@ def make_model(env: Any, policy: str = "MlpPolicy", **kwargs: Any) -> IPPO:
     params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
     params.update(kwargs)
     return IPPO(policy, env, **params)
-
-
-def parameters(model: IPPO) -> dict[str, dict[str, th.Tensor]]:
-    return {
-        agent: {name: p.detach().clone() for name, p in policy.named_parameters()} for agent, policy in model.policies.items()
-    }
 
 
 def changed_agents(before: dict[str, dict[str, th.Tensor]], model: IPPO) -> set[str]:
@@ -310,6 +305,4 @@ def test_subproc_and_dummy_copies_train_the_same_parameters() -> None:
             trained[vec_env_cls] = parameters(model)
         finally:
             env.close()
-    for agent, params in trained["dummy"].items():
-        for name, tensor in params.items():
-            assert th.equal(trained["subproc"][agent][name], tensor), f"agent {agent!r}, parameter {name}"
+    assert_same_parameters(trained["dummy"], trained["subproc"])

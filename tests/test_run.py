@@ -60,6 +60,14 @@ def parameters(model: IPPO) -> dict[str, dict[str, th.Tensor]]:
     }
 
 
+def assert_same_parameters(first: dict[str, dict[str, th.Tensor]], second: dict[str, dict[str, th.Tensor]]) -> None:
+    """Every agent's every parameter is exactly equal in both (as :func:`parameters` or ``state_dict`` give them)."""
+    assert first.keys() == second.keys()
+    for agent, params in first.items():
+        for name, tensor in params.items():
+            assert th.equal(second[agent][name], tensor), f"agent {agent!r}, parameter {name}"
+
+
 def adam_steps(model: IPPO, agent: str) -> int:
     """How many optimizer steps the agent's policy has taken."""
     steps = {int(state["step"]) for state in model.policies[agent].optimizer.state.values()}
