@@ -50,9 +50,9 @@ def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
 
 @dataclass
 class UpdateJob:
-    """One update's work: each agent's drained trajectories and the objects the update changes. Synchronously these
-    are the model's own; with ``async_training`` they are copies, so that collection goes on with the model's
-    policies (and observation statistics) while the update runs in the background."""
+    """One update's work: each agent's drained trajectories and the objects the update changes. In the calling thread
+    these are the model's own; for a background update (``async_training``) they are copies, so that collection goes
+    on with the model's policies (and observation statistics) meanwhile."""
 
     trajectories: dict[AgentID, list[Trajectory]]
     policies: dict[AgentID, ActorCriticPolicy]
@@ -530,7 +530,7 @@ class IPPO(BaseAlgorithm):
                 if executor is None:
                     self.train()
                 else:
-                    job = self._prepare_update()
+                    job = self._prepare_update(background=True)
                     self._update_in_flight = (job, executor.submit(self._run_update, job))
                 iteration += 1
                 if log_interval is not None and iteration % log_interval == 0:
@@ -642,12 +642,12 @@ class IPPO(BaseAlgorithm):
         """Drain each agent's oldest trajectories and update its policy on them; then ``policy_version`` advances.
         (Runs in the calling thread; ``learn`` with ``async_training`` runs the same steps with the middle one in
         the background.)"""
-        job = self._prepare_update()
+        job = self._prepare_update(background=False)
         self._apply_update(job, self._run_update(job))
 
-    def _prepare_update(self) -> UpdateJob:
-        """Drain the batches (dropping stale trajectories) and set the learning rate and clip ranges; with
-        ``async_training``, copy what the update will change."""
+    def _prepare_update(self, background: bool) -> UpdateJob:
+        """Drain the batches (dropping stale trajectories) and set the learning rate and clip ranges; for an update
+        that will run in the ``background``, copy what it will change."""
         progress = self._current_progress_remaining
         self._update_learning_rate([policy.optimizer for policy in self.policies.values()])
         trajectories = {}
@@ -658,7 +658,7 @@ class IPPO(BaseAlgorithm):
         self._count_dropped_episodes()
         policies = {agent: self.policies[agent] for agent in trajectories}
         obs_normalizers, return_normalizers = self.obs_normalizers, self.return_normalizers
-        if self.async_training:
+        if background:
             # One deepcopy, so that each copied optimizer holds its copied policy's parameters.
             policies, obs_normalizers, return_normalizers = copy.deepcopy((policies, obs_normalizers, return_normalizers))
         generator = None
