@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from sb3_ippo.vec_env import ObsArray
+
+VersionStamp = Literal["episode_end", "first_step"]
+VERSION_STAMPS: tuple[VersionStamp, ...] = ("episode_end", "first_step")
 
 
 @dataclass
@@ -25,12 +28,14 @@ class Trajectory:
     :param observations: ``(T, *obs_shape)`` (or a dict of such arrays), raw as the env gave them.
     :param actions: ``(T, *action_shape)``, as the policy sampled them (before clipping to the action space).
     :param rewards: ``(T,)``.
-    :param values: ``(T,)`` value-head outputs at collection time.
+    :param values: ``(T,)`` V(s_t) at collection time, on the return scale (value-head outputs de-normalized with the
+        return statistics of that time).
     :param log_probs: ``(T,)`` log pi(a|s) at collection time.
     :param terminated: True if the episode reached a terminal state: the trajectory bootstraps 0.
     :param bootstrap_obs: The observation after the last step, for a truncated or cut trajectory (bootstraps
         V(bootstrap_obs)); None when terminated.
-    :param policy_version: The oldest policy version among the steps.
+    :param policy_version: The version the trajectory is stamped with (see ``AgentEpisodeBuffer``'s
+        ``version_stamp``): that of its first step, or that current when it ended.
     """
 
     observations: ObsArray
@@ -55,7 +60,7 @@ class _OpenTrajectory:
     values: list[float] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
 
-    def close(self, terminated: bool, bootstrap_obs: Any) -> Trajectory:
+    def close(self, terminated: bool, bootstrap_obs: Any, policy_version: int) -> Trajectory:
         return Trajectory(
             observations=stack_obs(self.observations),
             actions=np.stack(self.actions),
@@ -64,7 +69,7 @@ class _OpenTrajectory:
             log_probs=np.asarray(self.log_probs, dtype=np.float32),
             terminated=terminated,
             bootstrap_obs=None if terminated else copy_row(bootstrap_obs),
-            policy_version=self.policy_version,
+            policy_version=policy_version,
         )
 
 
@@ -103,9 +108,20 @@ class AgentEpisodeBuffer:
         None: trajectories end only with the agent's episode.
     :param max_buffered_episodes: At most this many finished trajectories wait for an update; more are
         rejected and counted in ``rejected_episodes``. None: unbounded.
+    :param version_stamp: The policy version a trajectory carries: ``"episode_end"``, the version current when it
+        ends (the reference stamps a trajectory when it receives it), or ``"first_step"``, the version of its first
+        step (the oldest policy that acted in it: stricter, it drops more of the episodes that span an update).
     """
 
-    def __init__(self, n_envs: int, rollout_len: int | None = None, max_buffered_episodes: int | None = None) -> None:
+    def __init__(
+        self,
+        n_envs: int,
+        rollout_len: int | None = None,
+        max_buffered_episodes: int | None = None,
+        version_stamp: VersionStamp = "episode_end",
+    ) -> None:
+        if version_stamp not in VERSION_STAMPS:
+            raise ValueError(f"version_stamp must be one of {VERSION_STAMPS}, got {version_stamp!r}")
         if rollout_len is not None and rollout_len < 1:
             raise ValueError(f"rollout_len must be a positive number of steps or None, got {rollout_len}")
         if max_buffered_episodes is not None and max_buffered_episodes < 1:
@@ -113,6 +129,7 @@ class AgentEpisodeBuffer:
         self.n_envs = n_envs
         self.rollout_len = rollout_len
         self.max_buffered_episodes = max_buffered_episodes
+        self.version_stamp = version_stamp
         self._open: list[_OpenTrajectory | None] = [None] * n_envs
         self.finished: deque[Trajectory] = deque()
         self.stale_episodes_dropped = 0
@@ -175,7 +192,8 @@ class AgentEpisodeBuffer:
             if len(self.finished) >= self.max_buffered_episodes:
                 self.rejected_episodes += 1
                 return
-        self.finished.append(trajectory.close(terminated, bootstrap_obs))
+        stamp = trajectory.policy_version if self.version_stamp == "first_step" else policy_version
+        self.finished.append(trajectory.close(terminated, bootstrap_obs, stamp))
 
     def drop_open(self) -> None:
         """Forget the trajectories in progress (the env copies were reset behind the buffer's back)."""
@@ -202,6 +220,16 @@ class AgentEpisodeBuffer:
         """Whether enough fresh finished trajectories wait: ``n_steps`` transitions if set, else ``n_episodes``."""
         episodes, steps = self.fresh_counts(current_version, max_version_lag)
         return steps >= n_steps if n_steps is not None else episodes >= n_episodes
+
+    def is_blocked(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+        """Whether the buffer is full of fresh trajectories that still do not make an update due: new ones would be
+        rejected and the versions cannot advance, so no update could ever come."""
+        if self.max_buffered_episodes is None:
+            return False
+        episodes, _ = self.fresh_counts(current_version, max_version_lag)
+        return episodes >= self.max_buffered_episodes and not self.is_ready(
+            n_episodes, n_steps, current_version, max_version_lag
+        )
 
     def drain(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> list[Trajectory]:
         """Drop the stale trajectories, then take the oldest fresh ones: enough to cover ``n_steps`` transitions if

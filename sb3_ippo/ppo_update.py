@@ -6,13 +6,15 @@ The update runs in two steps, each a function:
    the agent's *current* value network (and log pi_old(a|s) with its current policy), then compute GAE.
 2. :func:`ppo_update` -- up to ``n_epochs`` passes of clipped-surrogate PPO over sequential minibatches, with
    SB3's loss conventions, stopping all remaining passes once a minibatch's approximate KL exceeds
-   ``1.5 * target_kl``.
+   ``1.5 * target_kl`` (checked after that minibatch's gradient step, as the reference does, or before it, as
+   SB3 does: ``kl_stop``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch as th
@@ -26,6 +28,8 @@ from sb3_ippo.normalization import ReturnNormalizer
 from sb3_ippo.vec_env import ObsArray
 
 TensorObs = th.Tensor | dict[str, th.Tensor]
+KLStop = Literal["after_step", "before_step"]
+KL_STOPS: tuple[KLStop, ...] = ("after_step", "before_step")
 
 
 def compute_gae(
@@ -65,8 +69,9 @@ def compute_gae(
 class AgentBatch:
     """One agent's training batch, in stored order (trajectories end to end). Tensors on the policy's device.
 
-    ``old_values`` are on the value head's scale (normalized when returns are normalized), and so are
-    ``returns``, the value targets.
+    ``old_values`` (the values GAE used) and ``returns`` (the value targets) are on the value head's scale: with
+    return normalization, both are normalized with the statistics as updated by this batch's returns, the scale the
+    head is trained towards and read back with at the next update.
     """
 
     observations: TensorObs
@@ -128,11 +133,14 @@ def build_batch(
 
     Observations (and bootstrap observations) go through ``preprocess_obs`` first: the agent's current
     normalization and image layout. With ``recompute_values``, V(s_t) and the bootstrap V(s_T) of every
-    truncated or cut trajectory come from the current value network; otherwise the
-    values stored at collection time are used (bootstrap values, never stored, still come from the current
-    network). With ``recompute_log_prob``, log pi_old(a|s) comes from the current policy, so the first
-    minibatch's ratio is exactly 1. With ``return_normalizer``, value-head outputs are de-normalized before
-    GAE, then the statistics are updated with the new returns, and the targets are the normalized returns.
+    truncated or cut trajectory come from the current value network; otherwise the values stored at collection
+    time are used (they are stored on the return scale, de-normalized with the statistics of their time; bootstrap
+    values, never stored, still come from the current network). With ``recompute_log_prob``, log pi_old(a|s) comes
+    from the current policy, so the first minibatch's ratio is exactly 1. With ``return_normalizer``, value-head
+    outputs are de-normalized before GAE; then the statistics are updated with the new returns and the value head is
+    rescaled to keep its predictions (``ReturnNormalizer.update_preserving_outputs``), and the targets and the old
+    values (for ``clip_range_vf`` and the explained variance) are normalized with the updated statistics: the head's
+    outputs, the old values and the targets share one scale for the whole update.
     """
     device = policy.device
     lengths = [len(trajectory) for trajectory in trajectories]
@@ -145,11 +153,6 @@ def build_batch(
 
     if recompute_values or recompute_log_prob:
         fresh_values, fresh_log_prob = recompute(policy, observations, actions)
-    head_values = (
-        fresh_values.cpu().numpy()
-        if recompute_values
-        else np.concatenate([trajectory.values for trajectory in trajectories])
-    )
     old_log_prob = (
         fresh_log_prob
         if recompute_log_prob
@@ -165,21 +168,26 @@ def build_batch(
         with th.no_grad():
             bootstrap_values[truncated] = policy.predict_values(obs_as_tensor(bootstrap_obs, device)).flatten().cpu().numpy()
 
-    values = head_values
+    if recompute_values:
+        values = fresh_values.cpu().numpy()
+        if return_normalizer is not None:
+            values = return_normalizer.denormalize(values)
+    else:
+        values = np.concatenate([trajectory.values for trajectory in trajectories])
     if return_normalizer is not None:
-        values = return_normalizer.denormalize(head_values)
         # Only network outputs are on the normalized scale: a terminated trajectory bootstraps 0 on the return scale.
         bootstrap_values[truncated] = return_normalizer.denormalize(bootstrap_values[truncated])
     advantages, returns = compute_gae(rewards, values, bootstrap_values, lengths, gamma, gae_lambda)
     if return_normalizer is not None:
-        return_normalizer.update(returns)
+        return_normalizer.update_preserving_outputs(returns, policy.value_net)
         returns = return_normalizer.normalize(returns)
+        values = return_normalizer.normalize(values)
 
     return AgentBatch(
         observations=observations,
         actions=actions,
         old_log_prob=old_log_prob.float(),
-        old_values=th.as_tensor(head_values, dtype=th.float32, device=device),
+        old_values=th.as_tensor(values, dtype=th.float32, device=device),
         advantages=th.as_tensor(advantages, dtype=th.float32, device=device),
         returns=th.as_tensor(returns, dtype=th.float32, device=device),
         n_trajectories=len(trajectories),
@@ -247,6 +255,7 @@ def ppo_update(
     vf_coef: float = 0.5,
     max_grad_norm: float | None = 0.5,
     target_kl: float | None = 0.01,
+    kl_stop: KLStop = "after_step",
     shuffle_minibatches: bool = False,
     generator: th.Generator | None = None,
 ) -> UpdateStats:
@@ -254,10 +263,16 @@ def ppo_update(
 
     Minibatches of ``batch_size`` (None: the whole batch) are taken in stored order, or shuffled each pass with
     ``shuffle_minibatches`` (permutations drawn from ``generator``, a CPU generator; None: torch's global one).
-    Advantages are normalized once over the whole batch. Before each gradient step, if the minibatch's
-    approximate KL exceeds ``1.5 * target_kl``, the step is skipped and all remaining passes are stopped (as SB3
-    PPO and the reference do). ``n_epochs_run`` counts the passes that made a gradient step.
+    Advantages are normalized once over the whole batch.
+
+    The KL early stop compares the minibatch's approximate KL (from the forward pass of its loss, before its
+    gradient step) with ``1.5 * target_kl``. With ``kl_stop="after_step"`` (the reference), the minibatch's step is
+    taken and then, above the threshold, all remaining passes are stopped; with ``"before_step"`` (SB3's PPO), the
+    step is skipped and all remaining passes are stopped. Either way ``n_epochs_run`` counts the passes that made at
+    least one gradient step: the reference's StopIter after a stop, SB3's count of completed steps' passes.
     """
+    if kl_stop not in KL_STOPS:
+        raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {kl_stop!r}")
     advantages = batch.advantages
     if normalize_advantage and len(advantages) > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -278,8 +293,8 @@ def ppo_update(
             indices = slice(start, end) if order is None else order[start:end]
             minibatch = batch.select(indices)
             losses = _losses(policy, minibatch, advantages[indices], clip_range, clip_range_vf)
-            if target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl:
-                stop = True
+            stop = target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl
+            if stop and kl_stop == "before_step":
                 break
             loss = losses.policy_loss + ent_coef * losses.entropy_loss + vf_coef * losses.value_loss
             policy.optimizer.zero_grad()
@@ -288,6 +303,8 @@ def ppo_update(
                 th.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
             policy.optimizer.step()
             stepped = True
+            if stop:
+                break
         n_epochs_run += int(stepped)
         if stop:
             break

@@ -267,15 +267,38 @@ def test_a_trajectory_carries_the_version_of_the_policy_that_acted() -> None:
     assert versions(buffer.finished) == [4, 5]
 
 
-def test_a_trajectory_spanning_an_update_carries_its_oldest_version() -> None:
-    buffer = AgentEpisodeBuffer(n_envs=1)
+@pytest.mark.parametrize(("version_stamp", "expected"), [("first_step", 2), ("episode_end", 4)])
+def test_a_trajectory_spanning_updates_carries_the_version_of_its_stamp(version_stamp: str, expected: int) -> None:
+    buffer = AgentEpisodeBuffer(n_envs=1, version_stamp=version_stamp)  # type: ignore[arg-type]
     feeder = Feeder(buffer)
 
     feeder.step(policy_version=2)
     feeder.step(policy_version=3)
     feeder.step(policy_version=4, terminated=[0])
 
-    assert versions(buffer.finished) == [2]
+    assert versions(buffer.finished) == [expected]
+
+
+def test_the_reference_stamps_a_trajectory_when_it_ends() -> None:
+    assert AgentEpisodeBuffer(n_envs=1).version_stamp == "episode_end"
+
+
+def test_an_unknown_version_stamp_is_refused() -> None:
+    with pytest.raises(ValueError, match="version_stamp"):
+        AgentEpisodeBuffer(n_envs=1, version_stamp="last_step")  # type: ignore[arg-type]
+
+
+def test_a_full_buffer_of_too_few_transitions_is_blocked() -> None:
+    buffer = AgentEpisodeBuffer(n_envs=1, max_buffered_episodes=2)
+    feeder = Feeder(buffer)
+    feeder.episode(3)
+    assert not buffer.is_blocked(n_episodes=8, n_steps=10, current_version=0, max_version_lag=1)
+    feeder.episode(3)
+
+    assert buffer.is_blocked(n_episodes=8, n_steps=10, current_version=0, max_version_lag=1)
+    assert not buffer.is_blocked(n_episodes=8, n_steps=6, current_version=0, max_version_lag=1)
+    # Once stale, the trajectories would make room: not blocked.
+    assert not buffer.is_blocked(n_episodes=8, n_steps=10, current_version=2, max_version_lag=1)
 
 
 def test_stale_trajectories_are_dropped_counted_and_never_returned() -> None:

@@ -260,42 +260,50 @@ def test_recomputed_log_prob_makes_the_first_minibatch_ratio_exactly_one(batch_s
     assert approx_kl.item() == 0.0
 
 
-def test_recomputed_log_prob_lets_the_first_step_through_a_tiny_target_kl() -> None:
+def adam_steps(policy: ActorCriticPolicy) -> int:
+    """How many optimizer steps the policy has taken (Adam counts them per parameter)."""
+    steps = {int(state["step"]) for state in policy.optimizer.state.values()}
+    assert len(steps) <= 1
+    return steps.pop() if steps else 0
+
+
+@pytest.mark.parametrize(("kl_stop", "expected_steps"), [("after_step", 2), ("before_step", 1)])
+def test_recomputed_log_prob_lets_the_first_step_through_a_tiny_target_kl(kl_stop: str, expected_steps: int) -> None:
     policy = make_policy(learning_rate=1e-2)
     batch = build_batch(policy, make_trajectories([(8, False), (8, True)], stored_log_prob=-50.0), GAMMA, GAE_LAMBDA)
-    initial = [p.detach().clone() for p in policy.parameters()]
 
-    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9)
+    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9, kl_stop=kl_stop)  # type: ignore[arg-type]
 
-    # The first step sees KL 0 and is taken; the next sees the changed policy and stops the update.
-    assert stats.n_epochs_run == 1
-    assert any(not th.equal(p, p0) for p, p0 in zip(policy.parameters(), initial, strict=True))
+    # The first pass sees KL 0 and steps. The second sees the changed policy: the reference takes that step and
+    # then stops (StopIter 2); SB3 stops before it.
+    assert stats.n_epochs_run == expected_steps
+    assert adam_steps(policy) == expected_steps
 
 
-def test_stored_log_prob_is_used_when_recompute_log_prob_is_off() -> None:
+@pytest.mark.parametrize(("kl_stop", "expected_steps"), [("after_step", 1), ("before_step", 0)])
+def test_stored_log_prob_is_used_when_recompute_log_prob_is_off(kl_stop: str, expected_steps: int) -> None:
     policy = make_policy(learning_rate=1e-2)
     trajectories = make_trajectories([(8, False), (8, True)], stored_log_prob=-50.0)
     batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, recompute_log_prob=False)
     initial = [p.detach().clone() for p in policy.parameters()]
 
-    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9)
+    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9, kl_stop=kl_stop)  # type: ignore[arg-type]
 
-    # Stored log-probs far from the policy: the KL is huge before the first step, which is never taken.
+    # Stored log-probs far from the policy: the KL is huge at the first minibatch, which stops the update at once.
     assert th.equal(batch.old_log_prob, th.full((16,), -50.0))
-    assert stats.n_epochs_run == 0
-    assert all(th.equal(p, p0) for p, p0 in zip(policy.parameters(), initial, strict=True))
+    assert stats.n_epochs_run == expected_steps == adam_steps(policy)
+    if expected_steps == 0:
+        assert all(th.equal(p, p0) for p, p0 in zip(policy.parameters(), initial, strict=True))
+
+
+def test_an_unknown_kl_stop_is_refused() -> None:
+    policy = make_policy()
+    batch = build_batch(policy, make_trajectories([(4, True)]), GAMMA, GAE_LAMBDA)
+    with pytest.raises(ValueError, match="kl_stop"):
+        ppo_update(policy, batch, n_epochs=1, kl_stop="sometimes")  # type: ignore[arg-type]
 
 
 # --- KL early stop ---------------------------------------------------------------------------------------------------
-
-
-def test_kl_early_stop_fires_with_a_large_learning_rate() -> None:
-    policy = make_policy(learning_rate=0.5)
-    batch = build_batch(policy, make_trajectories([(16, False), (16, True)]), GAMMA, GAE_LAMBDA)
-
-    stats = ppo_update(policy, batch, n_epochs=20, batch_size=8, target_kl=0.01)
-
-    assert 1 <= stats.n_epochs_run < 20
 
 
 def test_all_epochs_run_without_target_kl() -> None:
@@ -321,11 +329,17 @@ def reference_ppo_update(
     vf_coef: float,
     max_grad_norm: float,
     clip_range_vf: float | None,
-) -> None:
+    target_kl: float | None = None,
+    kl_stop: str = "after_step",
+) -> tuple[int, list[float]]:
     """PPO written out for a Box-observation, Discrete-action MLP policy: fresh values and log-probs, GAE per
     trajectory, advantages normalized over the batch, sequential minibatches, clipped surrogate + vf_coef * MSE
     (of the value clipped around the old value, with ``clip_range_vf``) - ent_coef * entropy, global gradient-norm
-    clipping, Adam (SB3's eps=1e-5)."""
+    clipping, Adam (SB3's eps=1e-5). The KL stop the way the reference writes it (``after_step``: step, then
+    ``if mb_kl > 1.5 * target_kl: break``, StopIter = the pass it broke in) or SB3 does (``before_step``).
+
+    :return: the passes that made a step, and every minibatch's approximate KL in order.
+    """
 
     def forward(observations: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         log_pi = policy.action_net(policy.mlp_extractor.policy_net(observations)).log_softmax(dim=-1)
@@ -360,13 +374,23 @@ def reference_ppo_update(
 
     optimizer = th.optim.Adam(policy.parameters(), lr=learning_rate, eps=1e-5)
     size = batch_size or len(advantages)
-    for _ in range(n_epochs):
+    kls: list[float] = []
+    passes_run = 0
+    for epoch in range(n_epochs):
+        stop_iter = None
         for lo in range(0, len(advantages), size):
             mb = slice(lo, lo + size)
             log_pi, value = forward(observations[mb])
             log_prob = log_pi.gather(1, actions[mb, None]).squeeze(1)
             entropy = -(log_pi.exp() * log_pi).sum(dim=1)
-            ratio = (log_prob - old_log_prob[mb]).exp()
+            log_ratio = log_prob - old_log_prob[mb]
+            ratio = log_ratio.exp()
+            mb_kl = ((ratio - 1) - log_ratio).mean().item()
+            kls.append(mb_kl)
+            too_far = target_kl is not None and mb_kl > 1.5 * target_kl
+            if too_far and kl_stop == "before_step":
+                stop_iter = epoch if lo > 0 else epoch - 1
+                break
             surrogate = th.min(advantages[mb] * ratio, advantages[mb] * ratio.clamp(1 - clip_range, 1 + clip_range))
             if clip_range_vf is not None:
                 value = values[mb] + (value - values[mb]).clamp(-clip_range_vf, clip_range_vf)
@@ -380,6 +404,13 @@ def reference_ppo_update(
                     if p.grad is not None:
                         p.grad *= scale
             optimizer.step()
+            if too_far:
+                stop_iter = epoch
+                break
+        if stop_iter is not None:
+            return stop_iter + 1, kls
+        passes_run = epoch + 1
+    return passes_run, kls
 
 
 @pytest.mark.parametrize(("batch_size", "clip_range_vf"), [(None, None), (10, None), (10, 0.05)])
@@ -413,6 +444,67 @@ def test_one_update_changes_parameters_exactly_as_a_reference_ppo_step(
     for (name, p), p_ref, p0 in zip(policy.named_parameters(), reference.parameters(), initial, strict=True):
         assert not th.equal(p, p0), f"{name} did not change"
         assert th.allclose(p, p_ref, rtol=1e-5, atol=1e-6), f"{name} differs from the reference step"
+
+
+def kl_sequence(trajectories: list[Trajectory], **hyperparameters: Any) -> list[float]:
+    """The approximate KL of every minibatch of an update with no early stop."""
+    _, kls = reference_ppo_update(make_policy(learning_rate=hyperparameters["learning_rate"]), trajectories, **hyperparameters)
+    return kls
+
+
+@pytest.mark.parametrize("kl_stop", ["after_step", "before_step"])
+def test_kl_stop_in_the_middle_of_a_pass_matches_the_reference_step_for_step(kl_stop: str) -> None:
+    hyperparameters: dict[str, Any] = dict(
+        n_epochs=6, batch_size=8, learning_rate=1e-2, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+        clip_range_vf=None,
+    )
+    # 24 transitions: 3 minibatches a pass. With this seed the KL sets a record at the middle minibatch of pass 3.
+    trajectories = make_trajectories([(9, False), (4, True), (11, False)], seed=6)
+    kls = kl_sequence(trajectories, **hyperparameters)
+    crossing = 7
+    assert kls[crossing] > max(kls[:crossing]), "the test needs a KL record at its chosen minibatch"
+    target_kl = (max(kls[:crossing]) + kls[crossing]) / 2 / 1.5
+
+    policy = make_policy(learning_rate=hyperparameters["learning_rate"])
+    reference = copy.deepcopy(policy)
+    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
+    stats = ppo_update(
+        policy,
+        batch,
+        n_epochs=hyperparameters["n_epochs"],
+        batch_size=hyperparameters["batch_size"],
+        clip_range=hyperparameters["clip_range"],
+        ent_coef=hyperparameters["ent_coef"],
+        vf_coef=hyperparameters["vf_coef"],
+        max_grad_norm=hyperparameters["max_grad_norm"],
+        target_kl=target_kl,
+        kl_stop=kl_stop,  # type: ignore[arg-type]
+    )
+    passes_run, _ = reference_ppo_update(reference, trajectories, target_kl=target_kl, kl_stop=kl_stop, **hyperparameters)
+
+    # Stopped in pass 3, after 2 steps of it (after_step: 8 steps in all) or 1 (before_step: 7 steps).
+    assert stats.n_epochs_run == passes_run == 3
+    assert adam_steps(policy) == (8 if kl_stop == "after_step" else 7)
+    for (name, p), p_ref in zip(policy.named_parameters(), reference.parameters(), strict=True):
+        assert th.allclose(p, p_ref, rtol=1e-5, atol=1e-6), f"{name} differs from the reference"
+
+
+def test_a_kl_stop_at_a_passs_first_minibatch_before_its_step_does_not_count_that_pass() -> None:
+    hyperparameters: dict[str, Any] = dict(
+        n_epochs=6, batch_size=8, learning_rate=1e-2, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
+        clip_range_vf=None,
+    )
+    trajectories = make_trajectories([(9, False), (4, True), (11, False)], seed=6)
+    kls = kl_sequence(trajectories, **hyperparameters)
+    crossing = 9  # the first minibatch of the fourth pass
+    assert kls[crossing] > max(kls[:crossing])
+    target_kl = (max(kls[:crossing]) + kls[crossing]) / 2 / 1.5
+    policy = make_policy(learning_rate=hyperparameters["learning_rate"])
+    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
+
+    stats = ppo_update(policy, batch, n_epochs=6, batch_size=8, target_kl=target_kl, kl_stop="before_step")
+
+    assert stats.n_epochs_run == 3 and adam_steps(policy) == 9
 
 
 # --- Every action space, and Dict observations -----------------------------------------------------------------------
@@ -498,12 +590,56 @@ def test_value_head_is_denormalized_before_gae_and_targets_are_normalized() -> N
     expected_rms.mean, expected_rms.var, expected_rms.count = np.array(3.0), np.array(4.0), 1000.0
     expected_rms.update(expected_returns.astype(np.float64))
     np.testing.assert_allclose(batch.advantages.numpy(), expected_advantages, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(batch.old_values.numpy(), head_values, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(normalizer.return_rms.mean, expected_rms.mean, rtol=1e-6)
     np.testing.assert_allclose(normalizer.return_rms.var, expected_rms.var, rtol=1e-6)
+    new_scale = np.sqrt(expected_rms.var)
     np.testing.assert_allclose(
-        batch.returns.numpy(), (expected_returns - expected_rms.mean) / np.sqrt(expected_rms.var), rtol=1e-5, atol=1e-5
+        batch.returns.numpy(), (expected_returns - expected_rms.mean) / new_scale, rtol=1e-5, atol=1e-5
     )
+    # One scale: the old values are the same values, on the updated statistics' scale ...
+    np.testing.assert_allclose(batch.old_values.numpy(), (values - expected_rms.mean) / new_scale, rtol=1e-5, atol=1e-5)
+    # ... and the rescaled value head now outputs exactly those: the first value-clip step is centred on the network.
+    np.testing.assert_allclose(
+        network_values(policy, np.concatenate([t.observations for t in trajectories])), batch.old_values.numpy(), atol=1e-5
+    )
+
+
+def test_the_rescaled_value_head_predicts_the_same_returns_under_the_new_statistics() -> None:
+    policy = make_policy()
+    trajectories = make_trajectories([(5, True), (6, False)])
+    normalizer = return_normalizer_with(mean=3.0, var=4.0, count=2.0)  # few samples: the batch moves the statistics
+    probe = np.random.default_rng(5).normal(size=(10, 4)).astype(np.float32)
+    before = normalizer.denormalize(network_values(policy, probe))
+
+    build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+
+    assert abs(float(normalizer.return_rms.mean) - 3.0) > 0.1
+    np.testing.assert_allclose(normalizer.denormalize(network_values(policy, probe)), before, rtol=1e-5, atol=1e-5)
+
+
+def test_explained_variance_uses_one_scale_under_return_normalization() -> None:
+    policy = make_policy()
+    trajectories = make_trajectories([(5, True), (6, False), (7, True)])
+    normalizer = return_normalizer_with(mean=10.0, var=1.0, count=2.0)
+    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    old, targets = batch.old_values.numpy(), batch.returns.numpy()
+
+    stats = ppo_update(policy, batch, n_epochs=1, target_kl=None)
+
+    assert stats.explained_variance == pytest.approx(1 - np.var(targets - old) / np.var(targets), rel=1e-4)
+
+
+def test_the_value_clip_starts_centred_on_the_networks_predictions_when_the_statistics_move() -> None:
+    policy = make_policy(learning_rate=1e-2)
+    trajectories = make_trajectories([(5, True), (6, False), (7, True)])
+    normalizer = return_normalizer_with(mean=10.0, var=1.0, count=2.0)  # the batch moves the statistics a lot
+    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    value_head = policy.value_net.weight.detach().clone()
+
+    ppo_update(policy, batch, n_epochs=1, clip_range_vf=0.1, target_kl=None)
+
+    # Predictions on another scale than the old values would sit outside the clip range: no value gradient at all.
+    assert not th.equal(policy.value_net.weight, value_head)
 
 
 def test_return_statistics_persist_across_updates() -> None:

@@ -142,13 +142,15 @@ def test_target_kl_none_runs_every_pass() -> None:
     assert {stats.n_epochs_run for stats in model.update_stats.values()} == {5}
 
 
-def test_target_kl_stops_all_remaining_passes_of_an_agent() -> None:
-    # The first pass has a ratio of exactly 1 (fresh log-probs); after a large step the KL exceeds any tiny target.
-    model = make_model(n_epochs=5, target_kl=1e-9, learning_rate=0.05)
+@pytest.mark.parametrize(("kl_stop", "expected_steps"), [("after_step", 2), ("before_step", 1)])
+def test_target_kl_stops_all_remaining_passes_of_an_agent(kl_stop: str, expected_steps: int) -> None:
+    # The first pass has a ratio of exactly 1 (fresh log-probs); after a large step the KL exceeds any tiny target:
+    # the second pass's step is taken and then the passes stop (the reference), or it is skipped (SB3).
+    model = make_model(n_epochs=5, target_kl=1e-9, learning_rate=0.05, kl_stop=kl_stop)
     model.learn(2 * EPISODE_LENGTH)
     for agent, stats in model.update_stats.items():
-        assert stats.n_epochs_run == 1, agent
-        assert adam_steps(model, agent) == 1, agent
+        assert stats.n_epochs_run == expected_steps, agent
+        assert adam_steps(model, agent) == expected_steps, agent
 
 
 def test_shuffle_minibatches_changes_the_order_of_the_gradient_steps() -> None:
@@ -220,6 +222,33 @@ def test_max_buffered_episodes_rejects_and_counts_the_excess() -> None:
     assert model.policy_version == 2
     assert model.rejected_episodes == 2 * 3 * 2
     assert output.dumps[-1]["rollout/rejected_episodes"] == model.rejected_episodes
+
+
+def test_max_buffered_episodes_that_cannot_cover_n_steps_of_bounded_trajectories_is_an_error() -> None:
+    with pytest.raises(ValueError, match="cannot cover n_steps"):
+        make_model(n_steps=100, max_buffered_episodes=2, max_episode_steps=25)
+    with pytest.raises(ValueError, match="cannot cover n_steps"):
+        make_model(n_steps=100, max_buffered_episodes=4, rollout_len=10)
+
+
+def test_a_buffer_full_of_too_few_transitions_stops_learn_with_a_clear_error() -> None:
+    # agent_0's trajectories have 2 steps: two of them can never cover n_steps=10.
+    model = make_model(n_steps=10, max_buffered_episodes=2)
+    with pytest.raises(ValueError, match=r"agent_0.*no update could ever be due"):
+        model.learn(20 * EPISODE_LENGTH)
+
+
+def test_collection_stores_values_on_the_return_scale() -> None:
+    model = make_model(normalize_returns=True)
+    model.learn(2 * EPISODE_LENGTH)  # one update: the statistics are no longer the identity
+    normalizer = model.return_normalizers["agent_2"]  # type: ignore[index]
+    assert abs(float(normalizer.return_rms.mean)) > 1e-3
+    model.learn(EPISODE_LENGTH, reset_num_timesteps=False)
+
+    trajectory = model.buffers["agent_2"].finished[0]
+    with th.no_grad():
+        head = model.policies["agent_2"].predict_values(th.as_tensor(trajectory.observations)).flatten().numpy()
+    np.testing.assert_allclose(trajectory.values, normalizer.denormalize(head), rtol=1e-5, atol=1e-5)
 
 
 def test_max_buffered_episodes_below_n_episodes_is_an_error() -> None:

@@ -28,11 +28,11 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
-from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
+from sb3_ippo.buffer import VERSION_STAMPS, AgentEpisodeBuffer, Trajectory, VersionStamp
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
-from sb3_ippo.ppo_update import UpdateStats, build_batch, ppo_update
+from sb3_ippo.ppo_update import KL_STOPS, KLStop, UpdateStats, build_batch, ppo_update
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
@@ -125,10 +125,16 @@ class IPPO(BaseAlgorithm):
     :param ent_coef: Entropy coefficient of the loss.
     :param vf_coef: Value-function coefficient of the loss.
     :param max_grad_norm: Gradient clipping norm (None: no clipping).
-    :param target_kl: Before each gradient step, if the minibatch's approximate KL exceeds ``1.5 * target_kl``,
-        that agent skips the step and stops all its remaining passes. None: no early stop.
+    :param target_kl: If a minibatch's approximate KL exceeds ``1.5 * target_kl``, that agent stops all its
+        remaining passes (after or before that minibatch's gradient step: ``kl_stop``). None: no early stop.
+    :param kl_stop: When the KL early stop is checked: ``"after_step"`` (the reference: the minibatch's gradient step
+        is taken, then the passes stop) or ``"before_step"`` (SB3's PPO: the step is skipped). ``train/n_epochs_run``
+        counts the passes that made at least one step either way.
     :param max_version_lag: A trajectory whose version is more than this many updates behind the current
         ``policy_version`` is stale: dropped at drain and counted. 0 keeps only data from the current policy.
+    :param version_stamp: Which version a trajectory carries: ``"episode_end"`` (the reference: the version current
+        when the trajectory ends, so an episode that spans an update counts as collected by the newer policy) or
+        ``"first_step"`` (the version of its first step: stricter, it drops more spanning episodes).
     :param recompute_values: Recompute V(s) of the drained observations with the current value network before
         GAE (fresh-value GAE). False: the values stored at collection time are used (bootstrap values are
         always computed at update time, as they are never stored).
@@ -188,7 +194,9 @@ class IPPO(BaseAlgorithm):
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
         target_kl: float | None = 0.02,
+        kl_stop: KLStop = "after_step",
         max_version_lag: int = 1,
+        version_stamp: VersionStamp = "episode_end",
         recompute_values: bool = True,
         recompute_log_prob: bool = True,
         shuffle_minibatches: bool = False,
@@ -235,7 +243,9 @@ class IPPO(BaseAlgorithm):
         self.vf_coef = vf_coef
         self.max_grad_norm = max_grad_norm
         self.target_kl = target_kl
+        self.kl_stop = kl_stop
         self.max_version_lag = max_version_lag
+        self.version_stamp = version_stamp
         self.recompute_values = recompute_values
         self.recompute_log_prob = recompute_log_prob
         self.shuffle_minibatches = shuffle_minibatches
@@ -283,11 +293,11 @@ class IPPO(BaseAlgorithm):
                 raise ValueError(f"{name} must be a positive integer{none}, got {value!r}")
         if not isinstance(self.max_version_lag, (int, np.integer)) or self.max_version_lag < 0:
             raise ValueError(f"max_version_lag must be a non-negative integer, got {self.max_version_lag!r}")
-        if self.n_steps is None and self.max_buffered_episodes is not None and self.max_buffered_episodes < self.n_episodes:
-            # No update could ever be due: collection would reject trajectories forever.
-            raise ValueError(
-                f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes ({self.n_episodes})"
-            )
+        self._check_update_trigger()
+        if self.kl_stop not in KL_STOPS:
+            raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {self.kl_stop!r}")
+        if self.version_stamp not in VERSION_STAMPS:
+            raise ValueError(f"version_stamp must be one of {VERSION_STAMPS}, got {self.version_stamp!r}")
         if self.async_training and self.max_version_lag < 1:
             raise ValueError(
                 "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
@@ -297,6 +307,26 @@ class IPPO(BaseAlgorithm):
             raise ValueError(f"target_kl must be positive or None, got {self.target_kl}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got gamma={self.gamma}, gae_lambda={self.gae_lambda}")
+
+    def _check_update_trigger(self) -> None:
+        """Refuse a buffer bound under which no update could ever be due (collection would reject trajectories
+        forever). With ``n_steps``, the bound is known where trajectories have a known maximum length."""
+        if self.max_buffered_episodes is None:
+            return
+        if self.n_steps is None:
+            if self.max_buffered_episodes < self.n_episodes:
+                raise ValueError(
+                    f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes "
+                    f"({self.n_episodes}), or no update could ever be due"
+                )
+            return
+        lengths = [length for length in (self.rollout_len, self.max_episode_steps) if length is not None]
+        if lengths and self.max_buffered_episodes * min(lengths) < self.n_steps:
+            raise ValueError(
+                f"max_buffered_episodes ({self.max_buffered_episodes}) trajectories of at most {min(lengths)} steps "
+                f"(rollout_len / max_episode_steps) cannot cover n_steps ({self.n_steps}), so no update could ever be "
+                f"due: raise max_buffered_episodes to at least {-(-self.n_steps // min(lengths))}"
+            )
 
     # ----------------------------------------------------------------------------------------------------------
     # Environment
@@ -417,7 +447,7 @@ class IPPO(BaseAlgorithm):
         """(Re)build the per-agent buffers for ``n_envs`` copies, keeping any finished trajectories."""
         old = getattr(self, "buffers", {})
         self.buffers = {
-            agent: AgentEpisodeBuffer(self.n_envs, self.rollout_len, self.max_buffered_episodes)
+            agent: AgentEpisodeBuffer(self.n_envs, self.rollout_len, self.max_buffered_episodes, self.version_stamp)
             for agent in self.possible_agents
         }
         for agent, buffer in old.items():
@@ -545,11 +575,23 @@ class IPPO(BaseAlgorithm):
         return self
 
     def _update_due(self) -> bool:
-        """An update is due when every agent that has acted so far has enough fresh finished trajectories."""
-        return bool(self._agents_seen) and all(
-            self.buffers[agent].is_ready(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
-            for agent in self._agents_seen
-        )
+        """An update is due when every agent that has acted so far has enough fresh finished trajectories.
+
+        :raises ValueError: when an agent's buffer is full of fresh trajectories that are not enough for an update
+            (``max_buffered_episodes`` too small for ``n_steps``): no update could ever come.
+        """
+        trigger = (self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
+        if self._update_in_flight is None:
+            for agent in self._agents_seen:
+                buffer = self.buffers[agent]
+                if buffer.is_blocked(*trigger):
+                    _, transitions = buffer.fresh_counts(self.policy_version, self.max_version_lag)
+                    raise ValueError(
+                        f"Agent {agent!r}'s buffer holds max_buffered_episodes={self.max_buffered_episodes} trajectories "
+                        f"({transitions} transitions), fewer than n_steps={self.n_steps}: no update could ever be due. "
+                        "Raise max_buffered_episodes or lower n_steps."
+                    )
+        return bool(self._agents_seen) and all(self.buffers[agent].is_ready(*trigger) for agent in self._agents_seen)
 
     def _policy_input(
         self, agent: AgentID, obs: ObsArray, obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None = None
@@ -567,7 +609,12 @@ class IPPO(BaseAlgorithm):
             self.obs_normalizers[agent].update(_select_rows(obs, alive))
         with th.no_grad():
             actions, values, log_probs = self.policies[agent](obs_as_tensor(self._policy_input(agent, obs), self.device))
-        return actions.cpu().numpy(), values.flatten().cpu().numpy(), log_probs.cpu().numpy()
+        values = values.flatten().cpu().numpy()
+        if self.return_normalizers is not None:
+            # Stored on the return scale, with the statistics the value head was trained to: GAE without
+            # recompute_values uses them as they were.
+            values = self.return_normalizers[agent].denormalize(values)
+        return actions.cpu().numpy(), values, log_probs.cpu().numpy()
 
     def _env_actions(self, agent: AgentID, actions: np.ndarray) -> np.ndarray:
         action_space = self.action_spaces[agent]
@@ -704,6 +751,7 @@ class IPPO(BaseAlgorithm):
                 vf_coef=self.vf_coef,
                 max_grad_norm=self.max_grad_norm,
                 target_kl=self.target_kl,
+                kl_stop=self.kl_stop,
                 shuffle_minibatches=self.shuffle_minibatches,
                 generator=job.generator,
             )
