@@ -21,6 +21,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from torch import nn
 from torch.nn import functional as F
 
 from sb3_ippo.buffer import Trajectory, concat_obs, stack_obs
@@ -112,6 +113,101 @@ def actions_as_tensor(actions: np.ndarray, action_space: spaces.Space, device: t
     return tensor.float().reshape(len(tensor), -1)
 
 
+@dataclass
+class DrainedBatch:
+    """One agent's drained trajectories as the networks take them, before any network has seen them.
+
+    ``observations`` (preprocessed with the agent's normalization and image layout) and ``actions`` are tensors on
+    the policy's device, trajectories end to end; ``bootstrap_obs`` holds the observation after each trajectory
+    listed in ``truncated`` (truncated or cut: they bootstrap from V(s_T)), None if there is none.
+    """
+
+    observations: TensorObs
+    actions: th.Tensor
+    rewards: np.ndarray
+    lengths: list[int]
+    stored_values: np.ndarray
+    stored_log_probs: th.Tensor
+    truncated: list[int]
+    bootstrap_obs: TensorObs | None
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+def drain_to_tensors(
+    trajectories: Sequence[Trajectory],
+    action_space: spaces.Space,
+    device: th.device,
+    preprocess_obs: Callable[[ObsArray], ObsArray] | None = None,
+) -> DrainedBatch:
+    """Lay ``trajectories`` end to end, with observations (and bootstrap observations) through ``preprocess_obs``."""
+
+    def as_policy_tensor(obs: ObsArray) -> TensorObs:
+        return obs_as_tensor(preprocess_obs(obs) if preprocess_obs is not None else obs, device)
+
+    truncated = [i for i, trajectory in enumerate(trajectories) if not trajectory.terminated]
+    return DrainedBatch(
+        observations=as_policy_tensor(concat_obs([trajectory.observations for trajectory in trajectories])),
+        actions=actions_as_tensor(np.concatenate([t.actions for t in trajectories]), action_space, device),
+        rewards=np.concatenate([trajectory.rewards for trajectory in trajectories]),
+        lengths=[len(trajectory) for trajectory in trajectories],
+        stored_values=np.concatenate([trajectory.values for trajectory in trajectories]),
+        stored_log_probs=th.as_tensor(np.concatenate([t.log_probs for t in trajectories]), device=device),
+        truncated=truncated,
+        bootstrap_obs=as_policy_tensor(stack_obs([trajectories[i].bootstrap_obs for i in truncated])) if truncated else None,
+    )
+
+
+def finish_batch(
+    drained: DrainedBatch,
+    fresh_values: th.Tensor | None,
+    fresh_log_prob: th.Tensor | None,
+    bootstrap_head_values: th.Tensor | None,
+    gamma: float,
+    gae_lambda: float,
+    return_normalizer: ReturnNormalizer | None = None,
+    value_head: nn.Module | None = None,
+) -> AgentBatch:
+    """GAE and value targets from the networks' outputs on ``drained``: :func:`build_batch` after its forward passes.
+
+    :param fresh_values: Value-head outputs on the observations (None: use the stored values).
+    :param fresh_log_prob: log pi(a|s) from the current policy (None: use the stored log-probs).
+    :param bootstrap_head_values: Value-head outputs on the bootstrap observations (None when there are none).
+    :param value_head: The layer ``return_normalizer`` rescales to preserve its outputs (required with it).
+    """
+    device = drained.actions.device
+    bootstrap_values = np.zeros(len(drained.lengths), dtype=np.float32)
+    if drained.truncated:
+        assert bootstrap_head_values is not None
+        bootstrap_values[drained.truncated] = bootstrap_head_values.cpu().numpy()
+    if fresh_values is not None:
+        values = fresh_values.cpu().numpy()
+        if return_normalizer is not None:
+            values = return_normalizer.denormalize(values)
+    else:
+        values = drained.stored_values
+    if return_normalizer is not None:
+        # Only network outputs are on the normalized scale: a terminated trajectory bootstraps 0 on the return scale.
+        bootstrap_values[drained.truncated] = return_normalizer.denormalize(bootstrap_values[drained.truncated])
+    advantages, returns = compute_gae(drained.rewards, values, bootstrap_values, drained.lengths, gamma, gae_lambda)
+    if return_normalizer is not None:
+        assert value_head is not None
+        return_normalizer.update_preserving_outputs(returns, value_head)
+        returns = return_normalizer.normalize(returns)
+        values = return_normalizer.normalize(values)
+
+    return AgentBatch(
+        observations=drained.observations,
+        actions=drained.actions,
+        old_log_prob=(drained.stored_log_probs if fresh_log_prob is None else fresh_log_prob).float(),
+        old_values=th.as_tensor(values, dtype=th.float32, device=device),
+        advantages=th.as_tensor(advantages, dtype=th.float32, device=device),
+        returns=th.as_tensor(returns, dtype=th.float32, device=device),
+        n_trajectories=len(drained.lengths),
+    )
+
+
 @th.no_grad()
 def recompute(policy: ActorCriticPolicy, observations: TensorObs, actions: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
     """V(s) and log pi(a|s) under the current policy, in one batched forward pass."""
@@ -142,55 +238,22 @@ def build_batch(
     values (for ``clip_range_vf`` and the explained variance) are normalized with the updated statistics: the head's
     outputs, the old values and the targets share one scale for the whole update.
     """
-    device = policy.device
-    lengths = [len(trajectory) for trajectory in trajectories]
-    raw_obs = concat_obs([trajectory.observations for trajectory in trajectories])
-    if preprocess_obs is not None:
-        raw_obs = preprocess_obs(raw_obs)
-    observations = obs_as_tensor(raw_obs, device)
-    actions = actions_as_tensor(np.concatenate([t.actions for t in trajectories]), policy.action_space, device)
-    rewards = np.concatenate([trajectory.rewards for trajectory in trajectories])
-
-    if recompute_values or recompute_log_prob:
-        fresh_values, fresh_log_prob = recompute(policy, observations, actions)
-    old_log_prob = (
-        fresh_log_prob
-        if recompute_log_prob
-        else th.as_tensor(np.concatenate([trajectory.log_probs for trajectory in trajectories]), device=device)
-    )
-
-    bootstrap_values = np.zeros(len(trajectories), dtype=np.float32)
-    truncated = [i for i, trajectory in enumerate(trajectories) if not trajectory.terminated]
-    if truncated:
-        bootstrap_obs = stack_obs([trajectories[i].bootstrap_obs for i in truncated])
-        if preprocess_obs is not None:
-            bootstrap_obs = preprocess_obs(bootstrap_obs)
-        with th.no_grad():
-            bootstrap_values[truncated] = policy.predict_values(obs_as_tensor(bootstrap_obs, device)).flatten().cpu().numpy()
-
-    if recompute_values:
-        values = fresh_values.cpu().numpy()
-        if return_normalizer is not None:
-            values = return_normalizer.denormalize(values)
-    else:
-        values = np.concatenate([trajectory.values for trajectory in trajectories])
-    if return_normalizer is not None:
-        # Only network outputs are on the normalized scale: a terminated trajectory bootstraps 0 on the return scale.
-        bootstrap_values[truncated] = return_normalizer.denormalize(bootstrap_values[truncated])
-    advantages, returns = compute_gae(rewards, values, bootstrap_values, lengths, gamma, gae_lambda)
-    if return_normalizer is not None:
-        return_normalizer.update_preserving_outputs(returns, policy.value_net)
-        returns = return_normalizer.normalize(returns)
-        values = return_normalizer.normalize(values)
-
-    return AgentBatch(
-        observations=observations,
-        actions=actions,
-        old_log_prob=old_log_prob.float(),
-        old_values=th.as_tensor(values, dtype=th.float32, device=device),
-        advantages=th.as_tensor(advantages, dtype=th.float32, device=device),
-        returns=th.as_tensor(returns, dtype=th.float32, device=device),
-        n_trajectories=len(trajectories),
+    drained = drain_to_tensors(trajectories, policy.action_space, policy.device, preprocess_obs)
+    fresh_values = fresh_log_prob = bootstrap_values = None
+    with th.no_grad():
+        if recompute_values or recompute_log_prob:
+            fresh_values, fresh_log_prob = recompute(policy, drained.observations, drained.actions)
+        if drained.bootstrap_obs is not None:
+            bootstrap_values = policy.predict_values(drained.bootstrap_obs).flatten()  # type: ignore[arg-type]
+    return finish_batch(
+        drained,
+        fresh_values if recompute_values else None,
+        fresh_log_prob if recompute_log_prob else None,
+        bootstrap_values,
+        gamma,
+        gae_lambda,
+        return_normalizer,
+        policy.value_net,
     )
 
 

@@ -1,7 +1,7 @@
 """``async_training``: each update runs in a background thread on copies of the policies while collection goes on
-with the previous version (DESIGN.md point 9). On :class:`DyingAgentsEnv` (see ``test_run.py``) one copy gives one
-2-, 4- and 6-step trajectory per episode of 6 env steps, so with ``n_episodes=2`` an update is due every 12 env
-steps and no trajectory is left over.
+with the previous version (the reference's background training, docs/algorithm.md). On :class:`DyingAgentsEnv` (see
+``test_run.py``) one copy gives one 2-, 4- and 6-step trajectory per episode of 6 env steps, so with
+``n_episodes=2`` an update is due every 12 env steps and no trajectory is left over.
 """
 
 from __future__ import annotations
@@ -52,18 +52,21 @@ class OverlapWatcher(BaseCallback):
 def test_collection_goes_on_with_unchanged_policies_while_the_update_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     watcher = OverlapWatcher()
     update_waited: list[bool] = []
-    ppo_update = ippo_module.ppo_update
 
-    def held_update(*args: Any, **kwargs: Any) -> Any:
-        # The first update of each agent waits until collection has stepped while it was in flight.
-        if len(update_waited) < 3:
-            update_waited.append(watcher.collected_during_update.wait(timeout=30))
-        return ppo_update(*args, **kwargs)
+    def held(update: Any) -> Any:
+        def held_update(*args: Any, **kwargs: Any) -> Any:
+            # The first update waits until collection has stepped while it was in flight.
+            if not update_waited:
+                update_waited.append(watcher.collected_during_update.wait(timeout=30))
+            return update(*args, **kwargs)
 
-    monkeypatch.setattr(ippo_module, "ppo_update", held_update)
+        return held_update
+
+    monkeypatch.setattr(ippo_module, "ppo_update", held(ippo_module.ppo_update))
+    monkeypatch.setattr(ippo_module, "stacked_ppo_update", held(ippo_module.stacked_ppo_update))
     model = make_model(async_training=True)
     model.learn(3 * STEPS_PER_UPDATE, callback=watcher)
-    assert update_waited == [True, True, True]
+    assert update_waited == [True]
     assert model.policy_version == 3
     # The acting weights change only when a version is applied, never in the middle of a version's collection.
     by_version: dict[int, dict[str, th.Tensor]] = {}
@@ -130,6 +133,7 @@ def test_an_error_in_the_background_update_reaches_learn(monkeypatch: pytest.Mon
         raise RuntimeError("update failed")
 
     monkeypatch.setattr(ippo_module, "ppo_update", failing_update)
+    monkeypatch.setattr(ippo_module, "stacked_ppo_update", failing_update)
     model = make_model(async_training=True)
     with pytest.raises(RuntimeError, match="update failed"):
         model.learn(3 * STEPS_PER_UPDATE)

@@ -78,14 +78,20 @@ def adam_steps(model: IPPO, agent: str) -> int:
 def spy_on_batches(monkeypatch: pytest.MonkeyPatch, model: IPPO) -> list[tuple[int, list[int]]]:
     """Record every agent's training batch: ``(policy_version at the update, [version of each trajectory in it])``."""
     seen: list[tuple[int, list[int]]] = []
-    build_batch = ippo_module.build_batch
+    build_batch, stacked_build_batch = ippo_module.build_batch, ippo_module.stacked_build_batch
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         trajectories = args[1] if len(args) > 1 else kwargs["trajectories"]
         seen.append((model.policy_version, [trajectory.policy_version for trajectory in trajectories]))
         return build_batch(*args, **kwargs)
 
+    def stacked_spy(*args: Any, **kwargs: Any) -> Any:
+        for trajectories in args[1] if len(args) > 1 else kwargs["trajectories"]:
+            seen.append((model.policy_version, [trajectory.policy_version for trajectory in trajectories]))
+        return stacked_build_batch(*args, **kwargs)
+
     monkeypatch.setattr(ippo_module, "build_batch", spy)
+    monkeypatch.setattr(ippo_module, "stacked_build_batch", stacked_spy)
     return seen
 
 
@@ -411,7 +417,8 @@ def test_per_agent_keys_stay_within_36_characters_and_distinct_for_long_agent_id
     model.learn(2 * 4)
     keys = set(output.dumps[-1])
     assert max(len(key) for key in keys) <= 36
-    assert len({key for key in keys if key.startswith("train/") and key.endswith("/policy_loss") and key.count("/") == 2}) == 2
+    # Two agents, and the group they form.
+    assert len({key for key in keys if key.startswith("train/") and key.endswith("/policy_loss") and key.count("/") == 2}) == 3
     assert (
         len({key for key in keys if key.startswith("rollout/") and key.endswith("/ep_rew_mean") and key.count("/") == 2}) == 2
     )

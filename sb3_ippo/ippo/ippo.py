@@ -9,7 +9,8 @@ import pathlib
 import re
 import sys
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -24,15 +25,24 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_mean
+from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_mean, update_learning_rate
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
 from sb3_ippo.buffer import VERSION_STAMPS, AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
 from sb3_ippo.ppo_update import KL_STOPS, KLStop, UpdateStats, build_batch, ppo_update
+from sb3_ippo.stacked import (
+    StackedPolicies,
+    concat_tensor_obs,
+    stack_tensor_obs,
+    stacked_build_batch,
+    stacked_ppo_update,
+    why_not_stackable,
+)
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
@@ -59,9 +69,8 @@ class UpdateJob:
     obs_normalizers: dict[AgentID, ObservationNormalizer] | None
     return_normalizers: dict[AgentID, ReturnNormalizer] | None
     progress_remaining: float
-    clip_range: float
-    clip_range_vf: float | None
-    generator: th.Generator | None
+    clip_ranges: dict[str, tuple[float, float | None]]
+    generators: dict[AgentID, th.Generator] | None
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -153,6 +162,22 @@ class IPPO(BaseAlgorithm):
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
         Without ``n_steps``, it must be at least ``n_episodes``, or no update could ever be due.
+    :param groups: ``{group name: [agent ids]}``: agents trained together (see ``batched``, ``share_parameters``,
+        ``group_kwargs``). Agents it leaves out, or all agents when None, are grouped automatically: agents with the same
+        id prefix (``agent_0``, ``agent_1`` -> ``agent``) and the same spaces. ``model.groups`` lists the result.
+    :param share_parameters: True (every group) or ``{group name: True}``: the group's agents use ONE policy (one
+        set of weights, one optimizer, one observation and return normalizer) trained on all their trajectories, as
+        SuperSuit + SB3 do for a whole env. ``model.policies[a] is model.policies[b]`` within such a group.
+    :param group_kwargs: ``{group name: {setting: value}}``: a group's own ``learning_rate``, ``n_epochs``,
+        ``batch_size``, ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
+        ``target_kl``, ``gamma``, ``gae_lambda``, ``policy`` or ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for
+        one group and ``MlpPolicy`` for another).
+    :param batched: Evaluate and train the members of a group (same spaces, own weights) as one batch: acting is
+        one forward call per group, and each minibatch one forward, backward, gradient clip and Adam step for the
+        whole group, with every member's own Adam state and KL early stop. It gives the same parameters as
+        ``batched=False``, the one-agent-at-a-time reference path, at a fraction of the cost. Architectures that
+        cannot be stacked (batch normalization, dropout, gSDE, another optimizer) fall back to the reference path
+        with a warning.
     :param async_training: Overlap each update with collection (the reference's background training thread).
         When an update is due, the drained trajectories are trained on copies of the policies in a background
         thread, while collection fills the next batch with the current policies; the trained weights are applied,
@@ -205,6 +230,10 @@ class IPPO(BaseAlgorithm):
         rollout_len: int | None = None,
         max_episode_steps: int | None = None,
         max_buffered_episodes: int | None = None,
+        groups: Mapping[str, list[AgentID]] | None = None,
+        share_parameters: bool | Mapping[str, bool] = False,
+        group_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        batched: bool = True,
         async_training: bool = False,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -254,6 +283,10 @@ class IPPO(BaseAlgorithm):
         self.rollout_len = rollout_len
         self.max_episode_steps = max_episode_steps
         self.max_buffered_episodes = max_buffered_episodes
+        self.group_definition = groups
+        self.share_parameters = share_parameters
+        self.group_kwargs = group_kwargs
+        self.batched = batched
         self.async_training = async_training
 
         self.policy_version = 0
@@ -333,7 +366,6 @@ class IPPO(BaseAlgorithm):
     # ----------------------------------------------------------------------------------------------------------
 
     def _check_agent_spaces(self, observation_spaces: Mapping, action_spaces: Mapping) -> None:
-        policy_name = self.policy_class.__name__
         for agent, action_space in action_spaces.items():
             if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
                 raise ValueError(
@@ -342,18 +374,19 @@ class IPPO(BaseAlgorithm):
                 )
             if isinstance(action_space, spaces.Box) and not np.all(np.isfinite([action_space.low, action_space.high])):
                 raise ValueError(f"Agent {agent!r} has a Box action space with infinite bounds: {action_space}")
-            if isinstance(observation_spaces[agent], spaces.Dict) and not issubclass(
-                self.policy_class, MultiInputActorCriticPolicy
-            ):
-                raise ValueError(f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy', not {policy_name}")
-            if issubclass(self.policy_class, MultiInputActorCriticPolicy) and not isinstance(
-                observation_spaces[agent], spaces.Dict
-            ):
-                # Otherwise SB3's CombinedExtractor fails with an AttributeError on the space.
-                raise ValueError(
-                    f"Agent {agent!r} has the observation space {observation_spaces[agent]}, not a Dict: {policy_name} "
-                    "('MultiInputPolicy') needs Dict observations for every agent"
-                )
+
+    def _check_policy_fits(self, agent: AgentID, policy_class: type[BasePolicy]) -> None:
+        policy_name = policy_class.__name__
+        observation_space = self.observation_spaces[agent]
+        fix = "(for one group of agents only: group_kwargs={group: dict(policy=...)})"
+        if isinstance(observation_space, spaces.Dict) and not issubclass(policy_class, MultiInputActorCriticPolicy):
+            raise ValueError(f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy', not {policy_name} {fix}")
+        if issubclass(policy_class, MultiInputActorCriticPolicy) and not isinstance(observation_space, spaces.Dict):
+            # Otherwise SB3's CombinedExtractor fails with an AttributeError on the space.
+            raise ValueError(
+                f"Agent {agent!r} has the observation space {observation_space}, not a Dict: {policy_name} "
+                f"('MultiInputPolicy') needs Dict observations {fix}"
+            )
 
     def _use_env(self, env: MultiAgentVecEnv) -> None:
         """Adopt ``env``: its agents and spaces define (or, once defined, must match) the model's."""
@@ -424,24 +457,98 @@ class IPPO(BaseAlgorithm):
         self.clip_range_vf_schedule = None if self.clip_range_vf is None else FloatSchedule(self.clip_range_vf)
         self._policy_keys = module_keys(self.possible_agents)
         self._log_names = log_names(self.possible_agents)
-        self._policies = nn.ModuleDict(
-            {
-                self._policy_keys[agent]: self.policy_class(  # type: ignore[misc]
-                    policy_observation_space(self.observation_spaces[agent]),
-                    self.action_spaces[agent],
-                    self.lr_schedule,
-                    **self.policy_kwargs,
-                ).to(self.device)
-                for agent in self.possible_agents
-            }
+        self._agent_groups = make_groups(
+            self.possible_agents,
+            self.observation_spaces,
+            self.action_spaces,
+            self.group_definition,
+            self.share_parameters,
+            self.group_kwargs,
         )
-        if self.normalize_obs and self.obs_normalizers is None:
-            self.obs_normalizers = {
-                agent: ObservationNormalizer(self.observation_spaces[agent]) for agent in self.possible_agents
+        self._group_log_names = log_names(list(self._agent_groups))
+        self._group_of = {agent: group.name for group in self._agent_groups.values() for agent in group.agents}
+        self._group_schedules = {
+            name: {
+                key: FloatSchedule(group.settings[key])
+                for key in ("learning_rate", "clip_range", "clip_range_vf")
+                if group.settings.get(key) is not None
             }
+            for name, group in self._agent_groups.items()
+        }
+        policies: dict[str, nn.Module] = {}
+        for group in self._agent_groups.values():
+            policy_class = self._group_policy_class(group)
+            policy_kwargs = group.settings.get("policy_kwargs", self.policy_kwargs)
+            lr_schedule = self._group_schedules[group.name].get("learning_rate", self.lr_schedule)
+            shared = None
+            for agent in group.agents:
+                self._check_policy_fits(agent, policy_class)
+                if shared is None or not group.share_parameters:
+                    shared = policy_class(  # type: ignore[call-arg]
+                        policy_observation_space(self.observation_spaces[agent]),
+                        self.action_spaces[agent],
+                        lr_schedule,
+                        **policy_kwargs,
+                    ).to(self.device)
+                policies[self._policy_keys[agent]] = shared
+        self._policies = nn.ModuleDict(policies)
+        if self.normalize_obs and self.obs_normalizers is None:
+            self.obs_normalizers = self._per_agent(lambda agent: ObservationNormalizer(self.observation_spaces[agent]))
         if self.normalize_returns and self.return_normalizers is None:
-            self.return_normalizers = {agent: ReturnNormalizer() for agent in self.possible_agents}
+            self.return_normalizers = self._per_agent(lambda agent: ReturnNormalizer())
+        self._stacked = {
+            group.name: stacked
+            for group in self._agent_groups.values()
+            if (stacked := self._stack(group.name, [self.policies[agent] for agent in group.agents])) is not None
+        }
         self._make_buffers()
+
+    def _group_policy_class(self, group: AgentGroup) -> type[ActorCriticPolicy]:
+        policy = group.settings.get("policy")
+        if policy is None:
+            return self.policy_class  # type: ignore[return-value]
+        if isinstance(policy, str):
+            if policy not in self.policy_aliases:
+                raise ValueError(
+                    f"group_kwargs[{group.name!r}]['policy'] is {policy!r}: use one of {list(self.policy_aliases)} or an "
+                    "ActorCriticPolicy subclass"
+                )
+            return self.policy_aliases[policy]  # type: ignore[return-value]
+        if not (isinstance(policy, type) and issubclass(policy, ActorCriticPolicy)):
+            raise TypeError(f"group_kwargs[{group.name!r}]['policy'] must be an ActorCriticPolicy subclass, got {policy!r}")
+        return policy
+
+    def _per_agent(self, make: Callable[[AgentID], Any]) -> dict[AgentID, Any]:
+        """One object per agent from ``make``; agents sharing parameters share one (they see one network's scale)."""
+        objects: dict[AgentID, Any] = {}
+        for group in self._agent_groups.values():
+            for agent in group.agents:
+                shared = group.share_parameters and agent != group.agents[0]
+                objects[agent] = objects[group.agents[0]] if shared else make(agent)
+        return objects
+
+    def _stack(self, group_name: str, policies: list[ActorCriticPolicy]) -> StackedPolicies | None:
+        """The group's networks stacked for the batched path, or None where it does not apply (``batched=False``,
+        one member, shared parameters) or cannot (with a warning saying why)."""
+        group = self._agent_groups[group_name]
+        if not self.batched or len(policies) < 2 or group.share_parameters:
+            return None
+        reason = why_not_stackable(policies)
+        if reason is None and not same_spaces(group, self.observation_spaces, self.action_spaces):
+            reason = "its agents' spaces differ"
+        if reason is not None:
+            warnings.warn(f"Group {group_name!r} is trained one agent at a time (batched=False): {reason}", stacklevel=3)
+            return None
+        return StackedPolicies(policies)
+
+    def _group_setting(self, group_name: str, name: str) -> Any:
+        """A hyperparameter as the group sets it (``group_kwargs``), else the model's."""
+        return self._agent_groups[group_name].settings.get(name, getattr(self, name))
+
+    @property
+    def groups(self) -> Mapping[str, list[AgentID]]:
+        """Read-only mapping: group name -> its agent ids (see the ``groups`` parameter)."""
+        return MappingProxyType({name: list(group.agents) for name, group in self._agent_groups.items()})
 
     def _make_buffers(self) -> None:
         """(Re)build the per-agent buffers for ``n_envs`` copies, keeping any finished trajectories."""
@@ -469,6 +576,11 @@ class IPPO(BaseAlgorithm):
             "clip_range_schedule",
             "clip_range_vf_schedule",
             "_update_in_flight",
+            "_agent_groups",
+            "_group_of",
+            "_group_log_names",
+            "_group_schedules",
+            "_stacked",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -603,18 +715,47 @@ class IPPO(BaseAlgorithm):
             obs = normalizers[agent].normalize(obs)
         return to_policy_observation(obs, self.observation_spaces[agent])
 
-    def _act(self, agent: AgentID, obs: ObsArray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample actions for every row of ``obs`` with the agent's policy: actions, values, log-probs."""
+    def _act(
+        self, obs: Mapping[AgentID, ObsArray], alive: Mapping[AgentID, np.ndarray], acting: list[AgentID]
+    ) -> dict[AgentID, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Sample actions for every row of each acting agent's observations: ``{agent: (actions, values, log-probs)}``,
+        values on the return scale. One forward call per stacked or parameter-sharing group, one per agent otherwise."""
         if self.obs_normalizers is not None:
-            self.obs_normalizers[agent].update(_select_rows(obs, alive))
+            for agent in acting:
+                self.obs_normalizers[agent].update(_select_rows(obs[agent], alive[agent]))
+        inputs = {agent: obs_as_tensor(self._policy_input(agent, obs[agent]), self.device) for agent in acting}
+        outputs: dict[AgentID, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
         with th.no_grad():
-            actions, values, log_probs = self.policies[agent](obs_as_tensor(self._policy_input(agent, obs), self.device))
-        values = values.flatten().cpu().numpy()
-        if self.return_normalizers is not None:
-            # Stored on the return scale, with the statistics the value head was trained to: GAE without
-            # recompute_values uses them as they were.
-            values = self.return_normalizers[agent].denormalize(values)
-        return actions.cpu().numpy(), values, log_probs.cpu().numpy()
+            for group in self._agent_groups.values():
+                members = [agent for agent in group.agents if agent in inputs]
+                stacked = self._stacked.get(group.name)
+                if stacked is not None and members:
+                    # Every member's rows go in (an absent member's are ignored): the stacked shapes stay fixed.
+                    group_inputs = [
+                        inputs[agent] if agent in inputs else obs_as_tensor(self._policy_input(agent, obs[agent]), self.device)
+                        for agent in group.agents
+                    ]
+                    actions, values, log_probs = stacked.forward(stacked.current_parameters(), stack_tensor_obs(group_inputs))
+                    for index, agent in enumerate(group.agents):
+                        if agent in inputs:
+                            outputs[agent] = (actions[index], values[index], log_probs[index])
+                elif group.share_parameters and len(members) > 1:
+                    actions, values, log_probs = self.policies[members[0]](concat_tensor_obs([inputs[a] for a in members]))
+                    for index, agent in enumerate(members):
+                        rows = slice(index * self.n_envs, (index + 1) * self.n_envs)
+                        outputs[agent] = (actions[rows], values[rows], log_probs[rows])
+                else:
+                    for agent in members:
+                        outputs[agent] = self.policies[agent](inputs[agent])
+        sampled = {}
+        for agent, (actions, values, log_probs) in outputs.items():
+            values_np = values.flatten().cpu().numpy()
+            if self.return_normalizers is not None:
+                # Stored on the return scale, with the statistics the value head was trained to: GAE without
+                # recompute_values uses them as they were.
+                values_np = self.return_normalizers[agent].denormalize(values_np)
+            sampled[agent] = (actions.cpu().numpy(), values_np, log_probs.cpu().numpy())
+        return sampled
 
     def _env_actions(self, agent: AgentID, actions: np.ndarray) -> np.ndarray:
         action_space = self.action_spaces[agent]
@@ -642,7 +783,7 @@ class IPPO(BaseAlgorithm):
             obs: dict[AgentID, ObsArray] = self._last_obs  # type: ignore[assignment]
             alive = self._last_alive
             acting = [agent for agent in self.possible_agents if alive[agent].any()]
-            sampled = {agent: self._act(agent, obs[agent], alive[agent]) for agent in acting}
+            sampled = self._act(obs, alive, acting)
             step = env.step_agents({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
             self.num_timesteps += env.num_envs
 
@@ -693,10 +834,20 @@ class IPPO(BaseAlgorithm):
         self._apply_update(job, self._run_update(job))
 
     def _prepare_update(self, background: bool) -> UpdateJob:
-        """Drain the batches (dropping stale trajectories) and set the learning rate and clip ranges; for an update
-        that will run in the ``background``, copy what it will change."""
+        """Drain the batches (dropping stale trajectories) and set each group's learning rate and clip ranges; for an
+        update that will run in the ``background``, copy what it will change."""
         progress = self._current_progress_remaining
-        self._update_learning_rate([policy.optimizer for policy in self.policies.values()])
+        clip_ranges = {}
+        for name, group in self._agent_groups.items():
+            schedules = self._group_schedules[name]
+            learning_rate = schedules.get("learning_rate", self.lr_schedule)(progress)
+            for agent in group.agents:
+                update_learning_rate(self.policies[agent].optimizer, learning_rate)
+            clip_range_vf = schedules.get("clip_range_vf", self.clip_range_vf_schedule)
+            clip_ranges[name] = (
+                schedules.get("clip_range", self.clip_range_schedule)(progress),
+                None if clip_range_vf is None else clip_range_vf(progress),
+            )
         trajectories = {}
         for agent in self.possible_agents:
             drained = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
@@ -706,56 +857,99 @@ class IPPO(BaseAlgorithm):
         policies = {agent: self.policies[agent] for agent in trajectories}
         obs_normalizers, return_normalizers = self.obs_normalizers, self.return_normalizers
         if background:
-            # One deepcopy, so that each copied optimizer holds its copied policy's parameters.
+            # One deepcopy, so that each copied optimizer holds its copied policy's parameters (and shared policies
+            # and normalizers stay shared).
             policies, obs_normalizers, return_normalizers = copy.deepcopy((policies, obs_normalizers, return_normalizers))
-        generator = None
+        generators = None
         if self.shuffle_minibatches:
-            # Drawn here, in the collecting thread, so that a background update leaves torch's global RNG alone.
-            generator = th.Generator().manual_seed(int(th.randint(2**62, (1,)).item()))
+            # One per agent, so the batched and the one-agent-at-a-time paths draw the same permutations; drawn here,
+            # in the collecting thread, so that a background update leaves torch's global RNG alone.
+            generators = {
+                agent: th.Generator().manual_seed(int(th.randint(2**62, (1,)).item())) for agent in self.possible_agents
+            }
         return UpdateJob(
             trajectories=trajectories,
             policies=policies,
             obs_normalizers=obs_normalizers,
             return_normalizers=return_normalizers,
             progress_remaining=progress,
-            clip_range=self.clip_range_schedule(progress),
-            clip_range_vf=None if self.clip_range_vf_schedule is None else self.clip_range_vf_schedule(progress),
-            generator=generator,
+            clip_ranges=clip_ranges,
+            generators=generators,
         )
 
     def _run_update(self, job: UpdateJob) -> dict[AgentID, UpdateStats]:
-        """Each agent's batch (fresh values and log-probs, GAE) and PPO update. It touches only the job's objects,
-        so it may run in a background thread."""
-        stats = {}
-        for agent, trajectories in job.trajectories.items():
-            policy = job.policies[agent]
-            batch = build_batch(
-                policy,
-                trajectories,
-                gamma=self.gamma,
-                gae_lambda=self.gae_lambda,
-                recompute_values=self.recompute_values,
-                recompute_log_prob=self.recompute_log_prob,
-                preprocess_obs=functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers),
-                return_normalizer=None if job.return_normalizers is None else job.return_normalizers[agent],
-            )
-            stats[agent] = ppo_update(
-                policy,
-                batch,
-                n_epochs=self.n_epochs,
-                batch_size=self.batch_size,
-                clip_range=job.clip_range,
-                clip_range_vf=job.clip_range_vf,
-                normalize_advantage=self.normalize_advantage,
-                ent_coef=self.ent_coef,
-                vf_coef=self.vf_coef,
-                max_grad_norm=self.max_grad_norm,
-                target_kl=self.target_kl,
-                kl_stop=self.kl_stop,
-                shuffle_minibatches=self.shuffle_minibatches,
-                generator=job.generator,
-            )
+        """Each group's batches (fresh values and log-probs, GAE) and PPO update: stacked members together, a shared
+        policy on all its agents' trajectories, other agents one at a time. It touches only the job's objects, so it
+        may run in a background thread."""
+        stats: dict[AgentID, UpdateStats] = {}
+        for group in self._agent_groups.values():
+            agents = [agent for agent in group.agents if agent in job.trajectories]
+            if not agents:
+                continue
+            if group.share_parameters:
+                # One policy: all its agents' trajectories, normalized by the group's shared normalizer, are one batch.
+                shared = self._update_agent(job, agents[0], [t for agent in agents for t in job.trajectories[agent]])
+                stats.update(dict.fromkeys(agents, shared))
+            elif len(agents) > 1 and group.name in self._stacked:
+                stats.update(zip(agents, self._update_stacked(job, group.name, agents), strict=True))
+            else:
+                stats.update({agent: self._update_agent(job, agent, job.trajectories[agent]) for agent in agents})
         return stats
+
+    def _update_kwargs(self, job: UpdateJob, group_name: str) -> dict[str, Any]:
+        """The PPO update's settings for one group."""
+        clip_range, clip_range_vf = job.clip_ranges[group_name]
+        setting = functools.partial(self._group_setting, group_name)
+        return dict(
+            n_epochs=setting("n_epochs"),
+            batch_size=setting("batch_size"),
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=self.normalize_advantage,
+            ent_coef=setting("ent_coef"),
+            vf_coef=setting("vf_coef"),
+            max_grad_norm=setting("max_grad_norm"),
+            target_kl=setting("target_kl"),
+            kl_stop=self.kl_stop,
+            shuffle_minibatches=self.shuffle_minibatches,
+        )
+
+    def _update_agent(self, job: UpdateJob, agent: AgentID, trajectories: list[Trajectory]) -> UpdateStats:
+        """The reference path: one agent's (or one shared policy's) batch and update."""
+        group_name = self._group_of[agent]
+        batch = build_batch(
+            job.policies[agent],
+            trajectories,
+            gamma=self._group_setting(group_name, "gamma"),
+            gae_lambda=self._group_setting(group_name, "gae_lambda"),
+            recompute_values=self.recompute_values,
+            recompute_log_prob=self.recompute_log_prob,
+            preprocess_obs=functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers),
+            return_normalizer=None if job.return_normalizers is None else job.return_normalizers[agent],
+        )
+        generator = None if job.generators is None else job.generators[agent]
+        return ppo_update(job.policies[agent], batch, generator=generator, **self._update_kwargs(job, group_name))
+
+    def _update_stacked(self, job: UpdateJob, group_name: str, agents: list[AgentID]) -> list[UpdateStats]:
+        """The batched path: the members' batches and updates as one (the same results as :meth:`_update_agent`)."""
+        policies = [job.policies[agent] for agent in agents]
+        stacked = self._stacked[group_name]
+        if stacked.policies != policies:
+            stacked = StackedPolicies(policies)  # copies (background update), or the members that have data
+        batch = stacked_build_batch(
+            stacked,
+            [job.trajectories[agent] for agent in agents],
+            gamma=self._group_setting(group_name, "gamma"),
+            gae_lambda=self._group_setting(group_name, "gae_lambda"),
+            recompute_values=self.recompute_values,
+            recompute_log_prob=self.recompute_log_prob,
+            preprocess_obs=[
+                functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers) for agent in agents
+            ],
+            return_normalizers=None if job.return_normalizers is None else [job.return_normalizers[a] for a in agents],
+        )
+        generators = None if job.generators is None else [job.generators[agent] for agent in agents]
+        return stacked_ppo_update(stacked, batch, generators=generators, **self._update_kwargs(job, group_name))
 
     def _apply_update(self, job: UpdateJob, stats: dict[AgentID, UpdateStats]) -> None:
         """Install the job's results (weights and optimizer states, when it trained copies), advance
@@ -781,7 +975,8 @@ class IPPO(BaseAlgorithm):
         return True
 
     def _record_update(self, job: UpdateJob) -> None:
-        stats = list(self.update_stats.values())
+        # A policy shared by several agents counts once.
+        stats = list({id(agent_stats): agent_stats for agent_stats in self.update_stats.values()}.values())
         if stats:
             for name in (
                 "policy_loss",
@@ -800,10 +995,19 @@ class IPPO(BaseAlgorithm):
             for name in ("policy_loss", "value_loss", "approx_kl", "entropy_loss", "clip_fraction", "n_epochs_run"):
                 self.logger.record(prefix + name, getattr(agent_stats, name))
             self.logger.record(prefix + "n_transitions", agent_stats.n_transitions)
+        for name, group in self._agent_groups.items():
+            group_stats = [self.update_stats[agent] for agent in group.agents if agent in self.update_stats]
+            if len(group.agents) > 1 and group_stats:
+                prefix = f"train/{self._group_log_names[name]}/"
+                for key in ("policy_loss", "value_loss", "approx_kl", "n_epochs_run"):
+                    self.logger.record(prefix + key, float(np.mean([getattr(s, key) for s in group_stats])))
+            if "learning_rate" in self._group_schedules[name]:
+                learning_rate = self._group_schedules[name]["learning_rate"](job.progress_remaining)
+                self.logger.record(f"train/{self._group_log_names[name]}/learning_rate", learning_rate)
         self.logger.record("train/policy_version", self.policy_version)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
-        self.logger.record("train/clip_range", job.clip_range)
+        self.logger.record("train/clip_range", self.clip_range_schedule(job.progress_remaining))
         self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
