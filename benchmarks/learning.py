@@ -8,6 +8,8 @@ episodes (deterministic and stochastic actions).
 
 - IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.02, normalize_returns, batch_size None,
   64x64 networks).
+- ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
+  agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
   env steps) and ``batch_size=256`` (PettingZoo's SB3 tutorials); ``--peer-n-steps``/``--peer-batch-size``
@@ -45,8 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-ALGOS = ("ippo", "peer")
-LABELS = {"ippo": "IPPO (sb3_ippo, defaults)", "peer": "SB3 PPO + SuperSuit sharing"}
+ALGOS = ("ippo", "peer", "ippo_shared")
+LABELS = {
+    "ippo": "IPPO (sb3_ippo, defaults)",
+    "peer": "SB3 PPO + SuperSuit sharing",
+    "ippo_shared": "IPPO, group 'agent' shares one network",
+}
+# ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
+# network, the other groups keep independent ones.
+SHARED_GROUPS = {"agent": True}
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
     (-23.0, "scripted optimal assignment (about -23)"),
@@ -63,11 +72,12 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     recorder = common.EpisodeRecorder(agents, peer=algo == "peer")
     callback = CallbackList([recorder, PartialSaver(recorder, task)])
     start = time.perf_counter()
-    if algo == "ippo":
+    if algo.startswith("ippo"):
         from sb3_ippo import IPPO
 
         env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
-        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu")
+        shared = {"share_parameters": SHARED_GROUPS} if algo == "ippo_shared" else {}
+        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **shared)
         model.learn(total_timesteps=timesteps, callback=callback)
         evaluate = common.evaluate_ippo
     else:
@@ -226,7 +236,7 @@ def plot_env(
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
     for ax, (side, members) in zip(axes[0], curves.items(), strict=True):
-        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange"), strict=True):
+        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green"), strict=True):
             runs = [r for r in results if r["algo"] == algo]
             if not runs:
                 continue
@@ -292,7 +302,7 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
     # One env at a time (all its runs, the slow IPPO ones first), so that a stopped benchmark leaves whole
     # comparisons behind rather than IPPO runs without their peers.
-    return sorted(tasks, key=lambda t: (args.envs.index(t["env"]), t["algo"] != "ippo"))
+    return sorted(tasks, key=lambda t: (args.envs.index(t["env"]), t["algo"] == "peer"))
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:

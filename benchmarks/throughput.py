@@ -9,11 +9,18 @@ Both train on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25) with the same work 
   25-step episode, so IPPO's whole-episode batches are exactly that size);
 - the same ``--n-epochs`` (10) and ``--batch-size`` (256), ``target_kl=None`` for both (a fixed amount of work).
 
+With ``--defaults``, each library runs its own defaults instead (IPPO: whole-episode batches of n_episodes 8,
+n_epochs 80 with target_kl 0.02, batched agent groups; the peer: n_steps 2048 per entry, batch_size 64, n_epochs
+10), with 64x64 networks and ``--n-envs`` copies: what a user gets from ``IPPO("MlpPolicy", env)`` and
+``PPO("MlpPolicy", env)``. The peer then updates every 2048 x 24 agent-steps, so use ``--timesteps`` of at least
+16,384 env steps there.
+
 Each round trains a fresh model of each for ``--timesteps`` env steps; the clock covers ``learn`` only. Rounds
 alternate the order (A B, B A, ...), and the figure of each is its median over ``--rounds`` rounds. Throughput is
 training agent-steps per second: env steps x agents / wall time, collection and updates together.
 
     python benchmarks/throughput.py [--rounds 5] [--timesteps 9600] [--n-envs 8] [--n-agents 3] [--skrl]
+    python benchmarks/throughput.py --defaults --rounds 3 --timesteps 32768
 
 ``--skrl`` adds skrl's IPPO as a third column (same networks, samples per update, epochs, minibatch size and no KL
 stop; one env copy, because skrl's PettingZoo wrapper does not vectorize). ``pip install skrl`` (2.1.1) installs
@@ -42,6 +49,9 @@ ENV_NAME = "simple_spread_v3"
 
 def build_ippo(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> Callable[[int], Any]:
     env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs)
+    if args.defaults:
+        defaults = IPPO("MlpPolicy", env, policy_kwargs={"net_arch": common.NET_ARCH}, seed=seed, device="cpu")
+        return lambda timesteps: defaults.learn(total_timesteps=timesteps)
     model = IPPO(
         "MlpPolicy",
         env,
@@ -59,6 +69,9 @@ def build_ippo(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> C
 def build_peer(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> Callable[[int], Any]:
     n_agents = len(common.agent_ids(ENV_NAME, kwargs))
     env = common.make_peer_env(ENV_NAME, args.n_envs, seed, kwargs)
+    if args.defaults:
+        defaults = common.make_peer(env, seed)
+        return lambda timesteps: defaults.learn(total_timesteps=timesteps * n_agents)
     model = common.make_peer(
         env, seed, n_steps=args.peer_n_steps, batch_size=args.batch_size, n_epochs=args.n_epochs, target_kl=None
     )
@@ -186,6 +199,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256, help="minibatch size of both")
     parser.add_argument("--n-epochs", type=int, default=10, help="passes per update of both")
     parser.add_argument("--skrl", action="store_true", help="add skrl's IPPO as a third column (pip install skrl)")
+    parser.add_argument("--defaults", action="store_true", help="each library's own defaults instead of matched work")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -200,16 +214,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     medians = {name: statistics.median(values) for name, values in rates.items()}
     samples = args.peer_n_steps * args.n_envs * args.n_agents
     print(common.machine_description())
-    print(
+    if args.defaults:
+        print(f"{ENV_NAME} {kwargs}, {args.n_envs} copies, 64x64 MLPs, each library's defaults; {args.rounds} rounds x "
+              f"{args.timesteps:,} env steps, alternating")
+    else:
+        print(
         f"{ENV_NAME} {kwargs}, {args.n_envs} copies, 64x64 MLPs, {samples:,} agent-transitions per update "
         f"(IPPO n_steps {args.peer_n_steps * args.n_envs} per agent; peer n_steps {args.peer_n_steps} x "
         f"{args.n_envs * args.n_agents} entries), n_epochs {args.n_epochs}, batch_size {args.batch_size}, target_kl None; "
         f"{args.rounds} rounds x {args.timesteps:,} env steps, alternating"
-    )
-    print(f"{'algorithm':<10}{'agent-steps/s (median)':>24}{'min':>10}{'max':>10}{'rounds':>40}")
+        )
+    print(f"{'algorithm':<10}{'agent-steps/s (median)':>24}{'env steps/s':>13}{'min':>10}{'max':>10}{'rounds':>40}")
     for name, values in rates.items():
         rounds = " ".join(f"{value:,.0f}" for value in values)
-        print(f"{name:<10}{medians[name]:>24,.0f}{min(values):>10,.0f}{max(values):>10,.0f}{rounds:>40}")
+        env_steps = medians[name] / args.n_agents
+        print(f"{name:<10}{medians[name]:>24,.0f}{env_steps:>13,.0f}{min(values):>10,.0f}{max(values):>10,.0f}{rounds:>40}")
     medians["ratio"] = medians["ippo"] / medians["peer"]
     print(f"ratio IPPO/peer (medians): {medians['ratio']:.2f}")
     if "skrl" in medians:

@@ -213,16 +213,11 @@ def _pad_obs(observations: Sequence[TensorObs], length: int) -> TensorObs:
     return _pad(observations, length)  # type: ignore[arg-type]
 
 
-def _take(obs: TensorObs, index: th.Tensor) -> TensorObs:
-    """Rows ``index`` (``(n_members, k)``) of each member's ``(n_members, length, ...)`` observations."""
-
-    def take(tensor: th.Tensor) -> th.Tensor:
-        rows = th.arange(len(tensor), device=tensor.device)[:, None]
-        return tensor[rows, index]
-
+def _take(obs: TensorObs, rows: slice | th.Tensor, index: slice | th.Tensor) -> TensorObs:
+    """``obs[rows, index]`` of each member's ``(n_members, length, ...)`` observations."""
     if isinstance(obs, dict):
-        return {key: take(value) for key, value in obs.items()}
-    return take(obs)
+        return {key: value[rows, index] for key, value in obs.items()}
+    return obs[rows, index]
 
 
 @dataclass
@@ -254,11 +249,13 @@ class StackedBatch:
             n_trajectories=[batch.n_trajectories for batch in batches],
         )
 
-    def take(self, index: th.Tensor) -> StackedBatch:
-        """Rows ``index`` (``(n_members, k)``) of every member."""
-        rows = th.arange(len(self.mask), device=self.mask.device)[:, None]
+    def take(self, index: slice | th.Tensor) -> StackedBatch:
+        """Rows ``index`` of every member: a slice of positions, or ``(n_members, k)`` positions per member."""
+        rows: slice | th.Tensor = slice(None)
+        if isinstance(index, th.Tensor):
+            rows = th.arange(len(self.mask), device=self.mask.device)[:, None]
         return StackedBatch(
-            observations=_take(self.observations, index),
+            observations=_take(self.observations, rows, index),
             actions=self.actions[rows, index],
             old_log_prob=self.old_log_prob[rows, index],
             old_values=self.old_values[rows, index],
@@ -334,66 +331,89 @@ def stack_tensor_obs(observations: Sequence[TensorObs]) -> TensorObs:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-class StackedAdam:
-    """torch's Adam (its single-tensor arithmetic) on stacked parameters, with each member's own step count and
-    moments, gathered from and written back to the members' own optimizers. A member left out of a step (``active``
-    False) keeps its parameters, moments and step count exactly."""
+class FlatParameters:
+    """The members' parameters as one ``(n_members, n_parameters)`` leaf tensor, so that the whole group's gradient
+    clipping and Adam step are a handful of tensor operations. :meth:`as_dict` splits it (differentiably) into the
+    named, stacked parameters the networks take; its backward pass concatenates their gradients into ``flat.grad``."""
 
-    def __init__(self, params: dict[str, th.Tensor], policies: Sequence[ActorCriticPolicy]) -> None:
-        self.params = params
+    def __init__(self, params: dict[str, th.Tensor]) -> None:
+        self.names = list(params)
+        self.shapes = [params[name].shape[1:] for name in self.names]
+        self.sizes = [shape.numel() for shape in self.shapes]
+        n_members = next(iter(params.values())).shape[0]
+        self.flat = th.cat([params[name].reshape(n_members, -1) for name in self.names], dim=1).requires_grad_(True)
+
+    def as_dict(self, flat: th.Tensor | None = None) -> dict[str, th.Tensor]:
+        flat = self.flat if flat is None else flat
+        pieces = flat.split(self.sizes, dim=1)
+        return {
+            name: piece.view(len(flat), *shape) for name, piece, shape in zip(self.names, pieces, self.shapes, strict=True)
+        }
+
+
+class StackedAdam:
+    """torch's Adam (its single-tensor arithmetic) on a group's :class:`FlatParameters`, with each member's own step
+    count and moments, gathered from and written back to the members' own optimizers. A member left out of a step
+    (``active`` False) keeps its parameters, moments and step count exactly."""
+
+    def __init__(self, flat: FlatParameters, policies: Sequence[ActorCriticPolicy]) -> None:
+        self.flat = flat
         self.policies = policies
         group = policies[0].optimizer.param_groups[0]
         self.beta1, self.beta2 = group["betas"]
         self.eps = group["eps"]
         self.lr = group["lr"]
-        self.exp_avg: dict[str, th.Tensor] = {}
-        self.exp_avg_sq: dict[str, th.Tensor] = {}
-        self.step_count: dict[str, th.Tensor] = {}
-        members = [dict(policy.named_parameters()) for policy in policies]
-        for name, stacked in params.items():
-            states = [policy.optimizer.state.get(member[name], {}) for policy, member in zip(policies, members, strict=True)]
-            self.exp_avg[name] = th.stack([s.get("exp_avg", th.zeros_like(stacked[0])) for s in states])
-            self.exp_avg_sq[name] = th.stack([s.get("exp_avg_sq", th.zeros_like(stacked[0])) for s in states])
-            self.step_count[name] = th.stack([s.get("step", th.tensor(0.0)).float().reshape(()) for s in states])
+        exp_avg, exp_avg_sq, steps = [], [], []
+        for policy in policies:
+            parameters = dict(policy.named_parameters())
+            states = [policy.optimizer.state.get(parameters[name], {}) for name in flat.names]
+            member_steps = {float(state["step"]) if state else 0.0 for state in states}
+            if len(member_steps) != 1:
+                raise ValueError("A member's parameters have taken different numbers of Adam steps: it cannot be stacked")
+            steps.append(member_steps.pop())
+            sizes = zip(states, flat.sizes, strict=True)
+            exp_avg.append(th.cat([state["exp_avg"].flatten() if state else th.zeros(size) for state, size in sizes]))
+            sizes = zip(states, flat.sizes, strict=True)
+            exp_avg_sq.append(th.cat([state["exp_avg_sq"].flatten() if state else th.zeros(size) for state, size in sizes]))
+        device = flat.flat.device
+        self.exp_avg = th.stack(exp_avg).to(device)
+        self.exp_avg_sq = th.stack(exp_avg_sq).to(device)
+        self.steps = steps
 
     @th.no_grad()
-    def step(self, active: th.Tensor) -> None:
-        everyone = bool(active.all())
-        for name, param in self.params.items():
-            grad = param.grad
-            assert grad is not None
-            step = self.step_count[name] + active.float()
-            # Python floats, as torch's Adam computes its bias corrections.
-            steps = step.tolist()
-            step_size = th.tensor([self.lr / (1 - self.beta1**s) if s > 0 else 0.0 for s in steps], dtype=param.dtype)
-            correction2_sqrt = th.tensor([math.sqrt(1 - self.beta2**s) if s > 0 else 1.0 for s in steps], dtype=param.dtype)
-            shape = (-1,) + (1,) * (param.dim() - 1)
-            exp_avg = self.exp_avg[name].lerp(grad, 1 - self.beta1)
-            exp_avg_sq = self.exp_avg_sq[name].mul(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-            denom = (exp_avg_sq.sqrt() / correction2_sqrt.view(shape)).add_(self.eps)
-            new_param = param - step_size.view(shape) * (exp_avg / denom)
-            if everyone:
-                self.exp_avg[name], self.exp_avg_sq[name] = exp_avg, exp_avg_sq
-                param.copy_(new_param)
-            else:
-                where = active.view(shape)
-                self.exp_avg[name] = th.where(where, exp_avg, self.exp_avg[name])
-                self.exp_avg_sq[name] = th.where(where, exp_avg_sq, self.exp_avg_sq[name])
-                param.copy_(th.where(where, new_param, param))
-            self.step_count[name] = step
+    def step(self, active: list[bool]) -> None:
+        """One Adam step of the ``active`` members (a list of ``n_members`` bools)."""
+        param, grad = self.flat.flat, self.flat.flat.grad
+        assert grad is not None
+        self.steps = [step + 1 if on else step for step, on in zip(self.steps, active, strict=True)]
+        # Bias corrections in Python floats, as torch's Adam computes them; 0 leaves an inactive member alone.
+        step_size = [self.lr / (1 - self.beta1**step) if on else 0.0 for step, on in zip(self.steps, active, strict=True)]
+        correction2_sqrt = [math.sqrt(1 - self.beta2**step) if step > 0 else 1.0 for step in self.steps]
+        on = th.tensor(active, dtype=param.dtype, device=param.device)[:, None]
+        if all(active):
+            self.exp_avg.lerp_(grad, 1 - self.beta1)
+            self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        else:
+            self.exp_avg.lerp_(grad, (1 - self.beta1) * on)
+            decay = th.where(on.bool(), self.beta2, 1.0)
+            self.exp_avg_sq.mul_(decay).add_(grad * grad * ((1 - self.beta2) * on))
+        denom = (self.exp_avg_sq.sqrt() / th.tensor(correction2_sqrt, dtype=param.dtype, device=param.device)[:, None]).add_(
+            self.eps
+        )
+        param.sub_(th.tensor(step_size, dtype=param.dtype, device=param.device)[:, None] * (self.exp_avg / denom))
 
     def scatter(self) -> None:
         """Write each member's moments and step count back into its own optimizer (members that never stepped keep
         an empty state, as torch's Adam does)."""
+        exp_avg, exp_avg_sq = self.flat.as_dict(self.exp_avg), self.flat.as_dict(self.exp_avg_sq)
         for index, policy in enumerate(self.policies):
+            if self.steps[index] == 0:
+                continue
             for name, parameter in policy.named_parameters():
-                step = self.step_count[name][index]
-                if step.item() == 0:
-                    continue
                 policy.optimizer.state[parameter] = {
-                    "step": step.clone(),
-                    "exp_avg": self.exp_avg[name][index].clone(),
-                    "exp_avg_sq": self.exp_avg_sq[name][index].clone(),
+                    "step": th.tensor(self.steps[index], dtype=th.float32),
+                    "exp_avg": exp_avg[name][index].clone(),
+                    "exp_avg_sq": exp_avg_sq[name][index].clone(),
                 }
 
 
@@ -450,29 +470,20 @@ def _normalized_advantages(batch: StackedBatch, normalize_advantage: bool) -> th
     return advantages
 
 
-def _clip_grad_norms(params: dict[str, th.Tensor], max_grad_norm: float) -> None:
-    """``clip_grad_norm_`` of every member's gradients on its own: each member's total norm over all its tensors."""
-    grads = [param.grad for param in params.values()]
-    norms = th.stack([th.linalg.vector_norm(grad.flatten(1), dim=1) for grad in grads if grad is not None], dim=1)
-    total_norm = th.linalg.vector_norm(norms, dim=1)
-    clip_coef = th.clamp(max_grad_norm / (total_norm + 1e-6), max=1.0)
-    for grad in grads:
-        if grad is not None:
-            grad.mul_(clip_coef.view((-1,) + (1,) * (grad.dim() - 1)))
+def _clip_grad_norms(flat: th.Tensor, max_grad_norm: float) -> None:
+    """``clip_grad_norm_`` of every member's gradients on its own (a row of the flat gradient)."""
+    grad = flat.grad
+    assert grad is not None
+    total_norm = th.linalg.vector_norm(grad, dim=1, keepdim=True)
+    grad.mul_(th.clamp(max_grad_norm / (total_norm + 1e-6), max=1.0))
 
 
-def _minibatch_index(
-    batch: StackedBatch, shuffle: bool, generators: Sequence[th.Generator | None] | None, device: th.device
-) -> th.Tensor:
-    """``(n_members, length)``: the order of each member's rows in this pass, its padding last."""
+def _minibatch_index(batch: StackedBatch, generators: Sequence[th.Generator | None] | None, device: th.device) -> th.Tensor:
+    """``(n_members, length)``: each member's rows shuffled for this pass, its padding last."""
     length = batch.mask.shape[1]
     orders = []
     for index, n in enumerate(batch.lengths):
-        if shuffle:
-            generator = None if generators is None else generators[index]
-            order = th.randperm(n, generator=generator)
-        else:
-            order = th.arange(n)
+        order = th.randperm(n, generator=None if generators is None else generators[index])
         orders.append(th.cat([order, th.arange(n, length)]))
     return th.stack(orders).to(device)
 
@@ -502,49 +513,54 @@ def stacked_ppo_update(
         raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {kl_stop!r}")
     n_members = stacked.n_members
     device = batch.mask.device
-    params = {name: p.clone().requires_grad_(True) for name, p in stacked.gather().items()}
-    optimizer = StackedAdam(params, stacked.policies)
+    flat = FlatParameters(stacked.gather())
+    optimizer = StackedAdam(flat, stacked.policies)
     advantages = _normalized_advantages(batch, normalize_advantage)
     length = batch.mask.shape[1]
     minibatch_size = length if batch_size is None else batch_size
 
     with th.no_grad():
-        before = _stacked_losses(stacked, params, batch, advantages, batch.mask, clip_range, clip_range_vf)
+        before = _stacked_losses(stacked, flat.as_dict(), batch, advantages, batch.mask, clip_range, clip_range_vf)
 
-    active = th.ones(n_members, dtype=th.bool, device=device)
-    n_epochs_run = th.zeros(n_members, dtype=th.long, device=device)
+    active = [True] * n_members
+    n_epochs_run = [0] * n_members
     for _ in range(n_epochs):
-        if not bool(active.any()):
+        if not any(active):
             break
-        order = _minibatch_index(batch, shuffle_minibatches, generators, device)
-        stepped = th.zeros(n_members, dtype=th.bool, device=device)
+        order = _minibatch_index(batch, generators, device) if shuffle_minibatches else None
+        stepped = [False] * n_members
         for start in range(0, length, minibatch_size):
-            index = order[:, start : start + minibatch_size]
-            minibatch = batch.take(index)
-            has_rows = minibatch.mask.any(dim=1) & active
-            if not bool(has_rows.any()):
+            # Padding comes last in every order: a member has rows in this minibatch while start < its length.
+            has_rows = [on and start < n for on, n in zip(active, batch.lengths, strict=True)]
+            if not any(has_rows):
                 break
-            mask = minibatch.mask & has_rows[:, None]
+            if order is None:
+                index: slice | th.Tensor = slice(start, start + minibatch_size)
+                minibatch, minibatch_advantages = batch.take(index), advantages[:, index]
+            else:
+                index = order[:, start : start + minibatch_size]
+                minibatch, minibatch_advantages = batch.take(index), advantages.gather(1, index)
+            mask = minibatch.mask & th.tensor(has_rows, device=device)[:, None]
             losses = _stacked_losses(
-                stacked, params, minibatch, advantages.gather(1, index), mask, clip_range, clip_range_vf
+                stacked, flat.as_dict(), minibatch, minibatch_advantages, mask, clip_range, clip_range_vf
             )
-            too_far = has_rows & (losses.approx_kl > 1.5 * target_kl) if target_kl is not None else th.zeros_like(has_rows)
-            steps = has_rows & ~too_far if kl_stop == "before_step" else has_rows
-            if bool(steps.any()):
+            kls = losses.approx_kl.tolist()
+            too_far = [rows and target_kl is not None and kl > 1.5 * target_kl for rows, kl in zip(has_rows, kls, strict=True)]
+            steps = [rows and not (far and kl_stop == "before_step") for rows, far in zip(has_rows, too_far, strict=True)]
+            if any(steps):
                 loss = losses.policy_loss + ent_coef * losses.entropy_loss + vf_coef * losses.value_loss
-                for param in params.values():
-                    param.grad = None
-                (loss * steps.float()).sum().backward()
+                flat.flat.grad = None
+                (loss * th.tensor(steps, dtype=loss.dtype, device=device)).sum().backward()
                 if max_grad_norm is not None:
-                    _clip_grad_norms(params, max_grad_norm)
+                    _clip_grad_norms(flat.flat, max_grad_norm)
                 optimizer.step(steps)
-                stepped |= steps
-            active &= ~too_far
-        n_epochs_run += stepped.long()
+                stepped = [done or now for done, now in zip(stepped, steps, strict=True)]
+            active = [on and not far for on, far in zip(active, too_far, strict=True)]
+        n_epochs_run = [count + done for count, done in zip(n_epochs_run, stepped, strict=True)]
 
     with th.no_grad():
-        for param in params.values():
-            param.grad = None
+        flat.flat.grad = None
+        params = flat.as_dict()
         after = _stacked_losses(stacked, params, batch, advantages, batch.mask, clip_range, clip_range_vf)
         stacked.scatter(params)
         optimizer.scatter()

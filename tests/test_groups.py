@@ -69,7 +69,7 @@ def assert_same_policies(first: list[ActorCriticPolicy], second: list[ActorCriti
             assert state_a.keys() == state_b.keys()
             if state_a:
                 assert state_a["step"].item() == state_b["step"].item()
-                assert th.allclose(state_a["exp_avg"], state_b["exp_avg"], rtol=1e-5, atol=1e-7)
+                assert th.allclose(state_a["exp_avg"], state_b["exp_avg"], rtol=1e-3, atol=1e-7)
                 assert th.allclose(state_a["exp_avg_sq"], state_b["exp_avg_sq"], rtol=1e-4, atol=1e-9)
 
 
