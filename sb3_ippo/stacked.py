@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch as th
+from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 from stable_baselines3.common.distributions import (
     BernoulliDistribution,
     CategoricalDistribution,
@@ -97,6 +98,44 @@ class _Heads(nn.Module):
         return policy.action_net(latent_pi), policy.value_net(latent_vf).squeeze(-1)
 
 
+def _mlp_layers(policy: ActorCriticPolicy) -> dict[str, list[tuple[str, nn.Module]]] | None:
+    """For a policy of flattened observations through SB3's ``MlpExtractor`` into linear heads: each path's layers as
+    ``(parameter prefix or "", module)``, so that :class:`StackedPolicies` runs them as batched matrix products
+    without ``vmap``'s overhead. None for any other architecture."""
+    extractors = {policy.features_extractor, policy.pi_features_extractor, policy.vf_features_extractor}
+    if not all(isinstance(extractor, FlattenExtractor) for extractor in extractors):
+        return None
+    if not isinstance(policy.mlp_extractor, MlpExtractor) or not isinstance(policy.action_net, nn.Linear):
+        return None
+    if not isinstance(policy.value_net, nn.Linear):
+        return None
+    paths: dict[str, list[tuple[str, nn.Module]]] = {}
+    for path, network, head in (("pi", "policy_net", "action_net"), ("vf", "value_net", "value_net")):
+        prefix = f"mlp_extractor.{network}"
+        layers: list[tuple[str, nn.Module]] = []
+        for index, module in enumerate(getattr(policy.mlp_extractor, network)):
+            if isinstance(module, nn.Linear):
+                layers.append((f"{prefix}.{index}", module))
+            elif any(True for _ in module.parameters()):
+                return None
+            else:
+                layers.append(("", module))
+        layers.append((head, getattr(policy, head)))
+        paths[path] = layers
+    return paths
+
+
+def _run_layers(layers: list[tuple[str, nn.Module]], params: dict[str, th.Tensor], x: th.Tensor) -> th.Tensor:
+    for prefix, module in layers:
+        if prefix:
+            bias = params.get(prefix + ".bias")
+            weight = params[prefix + ".weight"].transpose(1, 2)
+            x = th.bmm(x, weight) if bias is None else th.baddbmm(bias.unsqueeze(1), x, weight)
+        else:
+            x = module(x)
+    return x
+
+
 def _flatten_leading(obs: TensorObs) -> TensorObs:
     if isinstance(obs, dict):
         return {key: value.flatten(0, 1) for key, value in obs.items()}
@@ -129,7 +168,9 @@ class StackedPolicies:
         self._heads = _Heads(copy.deepcopy(template)).to("meta")
         self._action_dist: Distribution = copy.copy(template.action_dist)
         self._forward = vmap(self._member_forward)
-        self._cache_key: tuple[tuple[int, int], ...] | None = None
+        self._mlp = _mlp_layers(template)
+        self._parameters = [p for policy in self.policies for p in policy.parameters()]
+        self._cache_key: tuple[int, ...] | None = None
         self._cache: dict[str, th.Tensor] = {}
 
     @property
@@ -145,8 +186,9 @@ class StackedPolicies:
         return {name: th.stack([member[name].detach() for member in members]) for name in self.names}
 
     def current_parameters(self) -> dict[str, th.Tensor]:
-        """:meth:`gather`, cached until a member's parameter changes (acting calls this every step)."""
-        key = tuple((id(p), p._version) for policy in self.policies for p in policy.parameters())
+        """:meth:`gather`, cached until a member's parameter changes in place (an optimizer step, ``load_state_dict``,
+        a write under ``no_grad``: acting calls this every step)."""
+        key = tuple(p._version for p in self._parameters)
         if key != self._cache_key:
             self._cache, self._cache_key = self.gather(), key
         return self._cache
@@ -163,7 +205,13 @@ class StackedPolicies:
         ``(n_members, batch)``."""
         n_members = self.n_members
         preprocessed = preprocess_obs(_flatten_leading(obs), self.observation_space, self.normalize_images)
-        dist_inputs, values = self._forward(params, _unflatten_leading(preprocessed, n_members))  # type: ignore[arg-type]
+        if self._mlp is not None:
+            assert isinstance(preprocessed, th.Tensor)  # a FlattenExtractor's input: not a Dict observation
+            features = preprocessed.reshape(n_members, -1, preprocessed[0].numel())
+            dist_inputs = _run_layers(self._mlp["pi"], params, features)
+            values = _run_layers(self._mlp["vf"], params, features).squeeze(-1)
+        else:
+            dist_inputs, values = self._forward(params, _unflatten_leading(preprocessed, n_members))  # type: ignore[arg-type]
         flat_inputs = dist_inputs.flatten(0, 1)
         distribution: Distribution
         if isinstance(self._action_dist, DiagGaussianDistribution):
