@@ -8,7 +8,10 @@ algorithms; the figures are medians. The cost is wall-clock microseconds per age
 and updates together; "x N=3" is the cost relative to N=3, and IPPO/peer the ratio of costs (above 1: IPPO is
 slower).
 
-    python benchmarks/scaling.py [--agents 3 6 10] [--rounds 3] [--timesteps 3200]
+    python benchmarks/scaling.py [--agents 3 6 10] [--rounds 3] [--timesteps 3200] [--defaults]
+
+With ``--defaults`` both run their own defaults, as ``throughput.py --defaults`` does (use ``--timesteps`` of at least
+16,384 env steps, the peer's update interval at N=3).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--peer-n-steps", type=int, default=200, help="the peer's n_steps per VecEnv entry")
     parser.add_argument("--batch-size", type=int, default=256, help="minibatch size of both")
     parser.add_argument("--n-epochs", type=int, default=10, help="passes per update of both")
+    parser.add_argument("--defaults", action="store_true", help="each library's own defaults (see throughput.py)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -49,11 +53,14 @@ def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
         print(f"N={n_agents}: " + ", ".join(f"{name} {cost:,.0f} us/agent-step" for name, cost in costs[n_agents].items()),
               flush=True)
     print(common.machine_description())
-    print(
-        f"simple_spread_v3 (max_cycles 25), {args.n_envs} copies, 64x64 MLPs, n_epochs {args.n_epochs}, batch_size "
-        f"{args.batch_size}, {args.peer_n_steps * args.n_envs} transitions per agent per update, target_kl None; "
-        f"{args.rounds} rounds x {args.timesteps:,} env steps per N, alternating"
+    setup = (
+        "each library's defaults"
+        if args.defaults
+        else f"n_epochs {args.n_epochs}, batch_size {args.batch_size}, {args.peer_n_steps * args.n_envs} transitions per "
+        "agent per update, target_kl None"
     )
+    print(f"simple_spread_v3 (max_cycles 25), {args.n_envs} copies, 64x64 MLPs, {setup}; {args.rounds} rounds x "
+          f"{args.timesteps:,} env steps per N, alternating")
     first = costs[args.agents[0]]
     print(f"{'N':>4}{'IPPO us/agent-step':>20}{'x N=' + str(args.agents[0]):>8}{'peer us/agent-step':>20}"
           f"{'x N=' + str(args.agents[0]):>8}{'IPPO/peer':>11}")
