@@ -71,7 +71,7 @@ def load_env_fn(env_id: str) -> Callable[..., Any]:
             f"Cannot import the env module {env_id!r} ({error}): {install_hint(error)}, or give another PettingZoo "
             "env module, e.g. mpe2.simple_spread_v3 or pettingzoo.butterfly.pistonball_v6"
         ) from error
-    env_fn = getattr(module, "parallel_env", None) or getattr(module, "env", None)
+    env_fn = next((getattr(module, name) for name in ("parallel_env", "env") if callable(getattr(module, name, None))), None)
     if env_fn is None:
         raise ValueError(f"The module {env_id!r} has neither parallel_env() nor env(): it is not a PettingZoo env module")
     return env_fn

@@ -9,6 +9,7 @@ import csv
 import math
 import pathlib
 import re
+from typing import Any
 
 TEAM_KEY = "rollout/ep_rew_mean"
 STEP_KEY = "time/total_timesteps"
@@ -17,7 +18,7 @@ _AGENT_KEY = re.compile(r"rollout/(.+)/ep_rew_mean")
 
 def read_curves(csv_path: pathlib.Path) -> dict[str, tuple[list[float], list[float]]]:
     """``{"team": (env steps, returns), agent: (env steps, returns), ...}`` from an SB3 ``progress.csv``; rows
-    without a value for a curve are skipped. Agents are named as in the logger keys."""
+    without a value for a curve are skipped. Agents are named as in the logger keys, in natural order."""
     curves: dict[str, tuple[list[float], list[float]]] = {}
     with csv_path.open() as file:
         for row in csv.DictReader(file):
@@ -31,9 +32,13 @@ def read_curves(csv_path: pathlib.Path) -> dict[str, tuple[list[float], list[flo
                 steps, returns = curves.setdefault(name, ([], []))
                 steps.append(float(row[STEP_KEY]))
                 returns.append(float(value))
-    if "team" in curves:  # The team first, then the agents in the order of the log.
-        curves = {"team": curves.pop("team"), **curves}
-    return curves
+    team = {"team": curves.pop("team")} if "team" in curves else {}
+    return {**team, **dict(sorted(curves.items(), key=lambda item: _natural_key(item[0])))}
+
+
+def _natural_key(name: str) -> list[Any]:
+    """``agent_2`` before ``agent_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def plot_learning_curve(csv_path: pathlib.Path, png_path: pathlib.Path, title: str) -> bool:
