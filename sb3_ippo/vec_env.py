@@ -93,9 +93,10 @@ def to_parallel_env(env: Any) -> ParallelEnv:
         )
     if callable(env):
         kind = "class" if isinstance(env, type) else "function"
-        name = getattr(env, "__qualname__", None) or type(env).__name__
+        name = getattr(env, "__qualname__", "")
+        label = f"the {kind} {name}" if name and "<" not in name else f"a {kind}"  # not "<locals>.par_fn"
         raise TypeError(
-            f"Got the {kind} {name} itself, not an environment: call it to make one, e.g. "
+            f"Got {label}, not an environment: call it to make one, e.g. "
             "`IPPO('MlpPolicy', simple_spread_v3.parallel_env())`, or pass the function to make_vec_env, e.g. "
             "`make_vec_env(simple_spread_v3.parallel_env, n_envs=8)`."
         )

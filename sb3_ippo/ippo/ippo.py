@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import numbers
 import pathlib
 import re
 import sys
@@ -488,7 +489,7 @@ class IPPO(BaseAlgorithm):
             raise ValueError(
                 "No environment to learn on: pass one to IPPO(...), IPPO.load(path, env=...) or model.set_env(env)"
             )
-        if not isinstance(total_timesteps, (int, np.integer)) or isinstance(total_timesteps, bool) or total_timesteps < 1:
+        if not isinstance(total_timesteps, numbers.Real) or isinstance(total_timesteps, bool) or not total_timesteps >= 1:
             raise ValueError(f"total_timesteps must be a positive number of env steps, got {total_timesteps!r}")
         self._check_hyperparameters()
         updates_at_start = self._n_updates
@@ -545,7 +546,7 @@ class IPPO(BaseAlgorithm):
         lower = f", or lower {trigger}" if wanted > 1 else ""
         if have > 0:
             advice = (
-                f"About {steps * wanted // have + 1} env steps would give one: raise total_timesteps (or call learn "
+                f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
                 f"again with reset_num_timesteps=False){lower}."
             )
         else:
