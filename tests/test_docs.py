@@ -26,14 +26,14 @@ def run_snippet(code: str, budgets: dict[str, str], tmp_path: pathlib.Path, monk
 
 def test_readme_snippet_runs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = python_blocks(ROOT / "README.md")[0]
-    namespace = run_snippet(code, {"total_timesteps=200_000": "total_timesteps=400"}, tmp_path, monkeypatch)
+    namespace = run_snippet(code, {"total_timesteps=200_000": "total_timesteps=200"}, tmp_path, monkeypatch)
     assert (tmp_path / "ippo_spread.zip").is_file()
     assert namespace["eval_env"].agents == [] and set(namespace["actions"]) == {"agent_0", "agent_1", "agent_2"}
 
 
 def test_usage_quick_start_runs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = python_blocks(ROOT / "docs" / "usage.md")[0]
-    budgets = {"total_timesteps=200_000": "total_timesteps=400", "n_eval_episodes=50": "n_eval_episodes=2"}
+    budgets = {"total_timesteps=200_000": "total_timesteps=200", "n_eval_episodes=50": "n_eval_episodes=2"}
     namespace = run_snippet(code, budgets, tmp_path, monkeypatch)
     assert isinstance(namespace["mean"], float)
 
