@@ -7,6 +7,7 @@ only into pytest's tmp_path.
 from __future__ import annotations
 
 import csv
+import importlib.abc
 import json
 import pathlib
 import subprocess
@@ -89,6 +90,72 @@ def test_train_without_matplotlib_says_how_to_get_plots_and_completes(
     assert "matplotlib is not installed (pip install matplotlib" in printed
     assert "Final evaluation" in printed  # the run went on after the plot
     assert (out / "model.zip").is_file() and not (out / "learning_curve.png").exists()
+
+
+class HiddenPackage(importlib.abc.MetaPathFinder):
+    """Imports of ``package`` (and its submodules) fail as they do when it is not installed."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == self.package or fullname.startswith(self.package + "."):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
+def hide(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [HiddenPackage(package), *sys.meta_path])
+
+
+@pytest.mark.parametrize(
+    ("package", "options", "message"),
+    [
+        ("mpe2", [], "Cannot import the env module 'mpe2.simple_spread_v3' (No module named 'mpe2'): pip install mpe2"),
+        ("supersuit", ["--wrappers", "flatten"], "Wrappers come from SuperSuit, which is not installed: pip install"),
+        ("tensorboard", ["--tensorboard-log", "tb"], "TensorBoard is not installed: pip install tensorboard"),
+    ],
+)
+def test_a_missing_optional_package_is_a_usage_error_saying_what_to_install(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, package: str,
+    options: list[str], message: str,
+) -> None:
+    hide(monkeypatch, package)
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *options])
+    assert message in " ".join(err.split())
+
+
+def test_video_without_moviepy_is_a_usage_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = train(tmp_path / "run")
+    hide(monkeypatch, "moviepy")
+    err = usage_error(capsys, ["evaluate", str(out), "--video", str(tmp_path / "out.mp4")])
+    assert "recording needs moviepy: pip install moviepy" in err
+
+
+def test_no_progress_bar_without_tqdm_and_rich(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hide(monkeypatch, "rich")
+    main(["train", "--out", str(tmp_path / "run"), *SMALL_ENV, "--timesteps", "40", "--n-envs", "1", "--n-episodes", "2",
+          "--n-epochs", "1", "--eval-episodes", "0"])  # a progress bar asked for, but SB3's needs rich
+    assert (tmp_path / "run" / "model.zip").is_file()
+
+
+def test_a_budget_too_small_for_an_update_says_so_and_completes(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.warns(UserWarning, match="without a single update"):
+        out = train(tmp_path / "run", "--timesteps", "4", "--eval-episodes", "1")
+    printed = capsys.readouterr().out
+    assert "IPPO.learn ended after 4 env steps without a single update" in printed  # through the SB3 logger too
+    assert "No learning curve:" in printed and "Final evaluation" in printed
+    assert (out / "model.zip").is_file()
+
+
+def test_out_that_is_a_file_is_a_usage_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "taken").write_text("")
+    assert "is a file, not a folder" in usage_error(capsys, ["train", "--out", str(tmp_path / "taken")])
 
 
 def test_learning_curve_has_a_panel_per_agent(tmp_path: pathlib.Path) -> None:
@@ -263,6 +330,7 @@ BAD_TRAIN_OPTIONS = [
     (["--seed", "-1"], "argument --seed: expected an integer >= 0"),
     (["--log-interval", "0"], "argument --log-interval: expected a positive integer"),
     (["--n-episodes", "None"], "n_episodes and n_steps are both None"),
+    (["--n-episodes", "None", "--log-interval", "3"], "n_episodes and n_steps are both None"),
     (["--max-version-lag", "0", "--async-training", "True"], "max_version_lag >= 1"),
     (["--max-buffered-episodes", "1", "--n-episodes", "4"], "max_buffered_episodes (1) must be at least n_episodes (4)"),
     (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),

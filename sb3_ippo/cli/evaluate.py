@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import pathlib
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
-from sb3_ippo.cli.values import parse_wrapper
+from sb3_ippo.cli.values import installed, parse_wrapper
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents
 from sb3_ippo.ippo import IPPO
@@ -89,7 +88,7 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
         parser.error(f"argument --env: {error}")
     heading = f"{env_id} {env_kwargs}" + (f" with wrappers {' '.join(map(str, wrappers))}" if wrappers else "")
     if args.video is not None:
-        if importlib.util.find_spec("moviepy") is None:
+        if not installed("moviepy"):
             parser.error("argument --video: recording needs moviepy: pip install moviepy (or pip install 'sb3_ippo[extra]')")
         env_kwargs = {**env_kwargs, "render_mode": "rgb_array"}
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import pathlib
@@ -19,9 +18,10 @@ from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, 
 
 from sb3_ippo.cli.evaluate import print_evaluation
 from sb3_ippo.cli.settings import MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
-from sb3_ippo.cli.values import schedule
+from sb3_ippo.cli.values import installed, schedule
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
+from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.vec_env import make_vec_env
 
@@ -55,6 +55,9 @@ def make_logger(settings: TrainSettings) -> Logger:
     return Logger(folder=str(out), output_formats=formats)
 
 
+PROBE_STEPS = 10_000  # longer episodes are not measured: the --log-interval check is skipped
+
+
 def _probe_episode_length(env_factory: EnvFactory, settings: TrainSettings, limit: int) -> int | None:
     """Steps of one episode with random actions (None if it outlasts ``limit`` steps): what an update costs."""
     probe = make_vec_env(env_factory, n_envs=1, seed=settings.seed, env_kwargs=settings.env_kwargs)
@@ -77,7 +80,7 @@ def _probe_episode_length(env_factory: EnvFactory, settings: TrainSettings, limi
 def estimated_updates(env_factory: EnvFactory, settings: TrainSettings) -> tuple[int, str] | None:
     """About how many updates the run makes, and how that was estimated (from one episode with random actions, the
     copies finishing together); None if that episode outlasts the whole budget."""
-    length = _probe_episode_length(env_factory, settings, settings.timesteps)
+    length = _probe_episode_length(env_factory, settings, min(settings.timesteps, PROBE_STEPS))
     if length is None:
         return None
     h = settings.hyperparameters
@@ -97,7 +100,10 @@ def estimated_updates(env_factory: EnvFactory, settings: TrainSettings) -> tuple
 def _check_log_interval(env_factory: EnvFactory, settings: TrainSettings, parser: argparse.ArgumentParser) -> None:
     if settings.log_interval == 1:
         return  # Any update writes a row.
-    estimate = estimated_updates(env_factory, settings)
+    try:
+        estimate = estimated_updates(env_factory, settings)
+    except (TypeError, ValueError, AssertionError) as error:
+        parser.error(f"cannot make the env {settings.env} with env kwargs {settings.env_kwargs}: {error}")
     if estimate is None:
         return
     updates, how = estimate
@@ -110,7 +116,7 @@ def _check_log_interval(env_factory: EnvFactory, settings: TrainSettings, parser
 
 
 def _progress_bar_available() -> bool:
-    return importlib.util.find_spec("tqdm") is not None and importlib.util.find_spec("rich") is not None
+    return installed("tqdm") and installed("rich")
 
 
 def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[Any], list[Any]]:
@@ -202,12 +208,19 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         env_factory.check()
     except ValueError as error:
         parser.error(f"argument --env: {error}")
-    if settings.tensorboard_log is not None and importlib.util.find_spec("tensorboard") is None:
+    if settings.tensorboard_log is not None and not installed("tensorboard"):
         parser.error("argument --tensorboard-log: TensorBoard is not installed: pip install tensorboard")
+    out = pathlib.Path(settings.out)
+    if out.exists() and not out.is_dir():
+        parser.error(f"argument --out: {out} is a file, not a folder")
+    try:
+        # The combinations (each value was checked when parsed), before anything is built.
+        check_hyperparameters({name: schedule(value) for name, value in settings.hyperparameters.items()})
+    except ValueError as error:
+        parser.error(str(error))
     th.set_num_threads(settings.threads)
     _check_log_interval(env_factory, settings, parser)
     model = _build(settings, env_factory, parser)
-    out = pathlib.Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
     model.set_logger(make_logger(settings))
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")

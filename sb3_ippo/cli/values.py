@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import re
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,14 @@ from sb3_ippo.hyperparameters import check_hyperparameter
 
 _SCHEDULE = re.compile(r"lin_(.+)")
 _TORCH_NN = re.compile(r"(?:(?:th|torch)\.)?nn\.(\w+)")
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _node_value(node: ast.AST) -> Any:
