@@ -417,6 +417,31 @@ def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     assert message in usage_error(capsys, ["evaluate", str(tmp_path / target), "--env", "mpe2.simple_spread_v3"])
 
 
+BAD_EVALUATE_OPTIONS = [
+    (["--episodes", "0"], "argument --episodes: expected a positive integer"),
+    (["--seed", "x"], "argument --seed: expected an integer >= 0"),
+    (["--device", "tpu9"], "argument --device: expected auto, cpu, cuda"),
+    (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
+    (["--env-kwargs", "N=two"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'two'}"),
+    (["--env-kwargs", "N=3"], "does not fit the env mpe2.simple_spread_v3 {'N': 3}: The env's agents differ"),
+    (["--env", "mpe2.simple_adversary_v3"], "does not fit the env mpe2.simple_adversary_v3"),
+    (["--wrappers", "dtype:dtype=float64"], "observation space"),
+    # A 1-D observation cannot be resized: SuperSuit asserts without a message.
+    (["--wrappers", "resize"], "and wrappers resize: AssertionError raised in the env or a wrapper"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_EVALUATE_OPTIONS, ids=[" ".join(o) for o, _ in BAD_EVALUATE_OPTIONS])
+def test_a_bad_evaluate_option_is_a_usage_error(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    out = tmp_path_factory.getbasetemp() / "evaluate_options_run"
+    if not (out / "model.zip").exists():
+        train(out)
+    err = usage_error(capsys, ["evaluate", str(out), "--episodes", "1", *options])
+    assert message in " ".join(err.split()), err
+
+
 def test_evaluate_records_a_video(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("moviepy")
     import imageio.v2 as imageio

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
-from sb3_ippo.cli.values import installed, parse_wrapper
+from sb3_ippo.cli.values import env_error, installed, parse_wrapper
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents
 from sb3_ippo.ippo import IPPO
@@ -94,7 +94,7 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
     try:
         env = make_vec_env(env_factory, n_envs=1, seed=args.seed, env_kwargs=env_kwargs)
     except (TypeError, ValueError, AssertionError) as error:
-        parser.error(f"cannot make the env {env_id} with env kwargs {env_kwargs}: {error}")
+        parser.error(env_error(env_id, env_kwargs, wrappers, error))
     try:
         model = IPPO.load(model_path, env=env, device=args.device)
     except ValueError as error:

@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, 
 
 from sb3_ippo.cli.evaluate import print_evaluation
 from sb3_ippo.cli.settings import MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
-from sb3_ippo.cli.values import installed, schedule
+from sb3_ippo.cli.values import env_error, installed, schedule
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
 from sb3_ippo.hyperparameters import check_hyperparameters
@@ -103,7 +103,7 @@ def _check_log_interval(env_factory: EnvFactory, settings: TrainSettings, parser
     try:
         estimate = estimated_updates(env_factory, settings)
     except (TypeError, ValueError, AssertionError) as error:
-        parser.error(f"cannot make the env {settings.env} with env kwargs {settings.env_kwargs}: {error}")
+        parser.error(env_error(settings.env, settings.env_kwargs, settings.wrappers, error))
     if estimate is None:
         return
     updates, how = estimate
@@ -165,7 +165,7 @@ def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.Ar
             env_kwargs=settings.env_kwargs,
         )
     except (TypeError, ValueError, AssertionError) as error:
-        parser.error(f"cannot make the env {settings.env} with env kwargs {settings.env_kwargs}: {error}")
+        parser.error(env_error(settings.env, settings.env_kwargs, settings.wrappers, error))
     hyperparameters = {name: schedule(value) for name, value in settings.hyperparameters.items()}
     try:
         return IPPO(

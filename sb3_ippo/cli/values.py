@@ -7,7 +7,7 @@ import argparse
 import ast
 import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sb3_ippo.env_factory import WrapperSpec
@@ -23,6 +23,13 @@ def installed(package: str) -> bool:
         return importlib.util.find_spec(package) is not None
     except (ImportError, ValueError):
         return False
+
+
+def env_error(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[WrapperSpec], error: Exception) -> str:
+    """What failed when the env was made: the env, its arguments and wrappers, and the error (its type if mute)."""
+    with_wrappers = f" and wrappers {' '.join(map(str, wrappers))}" if wrappers else ""
+    cause = str(error) or f"{type(error).__name__} raised in the env or a wrapper"
+    return f"cannot make the env {env_id} with env kwargs {env_kwargs}{with_wrappers}: {cause}"
 
 
 def _node_value(node: ast.AST) -> Any:
