@@ -836,7 +836,7 @@ class IPPO(BaseAlgorithm):
             try:
                 policy_obs = self._policy_input(agent, obs)
                 actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
-            except ValueError as error:
+            except (ValueError, TypeError) as error:
                 space = self.observation_spaces[agent]
                 expected = f"{space.shape} or (n, *{space.shape})" if space.shape else f"an element of {space}"
                 raise ValueError(
