@@ -216,12 +216,14 @@ class AgentEpisodeBuffer:
         fresh = [len(t) for t in self.finished if not self.is_stale(t, current_version, max_version_lag)]
         return len(fresh), sum(fresh)
 
-    def is_ready(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+    def is_ready(self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
         """Whether enough fresh finished trajectories wait: ``n_steps`` transitions if set, else ``n_episodes``."""
         episodes, steps = self.fresh_counts(current_version, max_version_lag)
-        return steps >= n_steps if n_steps is not None else episodes >= n_episodes
+        if n_steps is not None:
+            return steps >= n_steps
+        return n_episodes is not None and episodes >= n_episodes
 
-    def is_blocked(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+    def is_blocked(self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
         """Whether the buffer is full of fresh trajectories that still do not make an update due: new ones would be
         rejected and the versions cannot advance, so no update could ever come."""
         if self.max_buffered_episodes is None:
@@ -231,7 +233,9 @@ class AgentEpisodeBuffer:
             n_episodes, n_steps, current_version, max_version_lag
         )
 
-    def drain(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> list[Trajectory]:
+    def drain(
+        self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int
+    ) -> list[Trajectory]:
         """Drop the stale trajectories, then take the oldest fresh ones: enough to cover ``n_steps`` transitions if
         set, else ``n_episodes`` trajectories. The excess stays for the next update."""
         self.drop_stale(current_version, max_version_lag)
@@ -240,7 +244,7 @@ class AgentEpisodeBuffer:
         while self.finished:
             if n_steps is not None and n_transitions >= n_steps:
                 break
-            if n_steps is None and len(batch) >= n_episodes:
+            if n_steps is None and (n_episodes is None or len(batch) >= n_episodes):
                 break
             trajectory = self.finished.popleft()
             batch.append(trajectory)

@@ -20,6 +20,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices, VecEnvStepReturn
 
 AgentID = str
@@ -71,14 +72,15 @@ def to_parallel_env(env: Any) -> ParallelEnv:
     if is_parallel_env(env):
         return env
     if isinstance(env, AECEnv):
-        try:
-            return aec_to_parallel(env)
-        except AssertionError as error:
+        if not env.metadata.get("is_parallelizable", False):
+            # PettingZoo's own advice (set is_parallelizable) is wrong for a game whose agents take turns.
+            name = env.metadata.get("name", type(env.unwrapped).__name__)
             raise ValueError(
-                f"The AEC environment {env} cannot be converted to a parallel environment: {error} "
-                "Pass a PettingZoo ParallelEnv (most envs have `parallel_env()`), or an AEC env whose "
-                "metadata sets is_parallelizable=True."
-            ) from error
+                f"The AEC environment {name} is turn-based (its metadata does not set is_parallelizable), so it "
+                "cannot be converted to a parallel environment, and sb3_ippo does not support turn-based games yet. "
+                "If the env has a `parallel_env()`, pass that instead."
+            )
+        return aec_to_parallel(env)
     if isinstance(env, str):
         raise TypeError(
             f"Got the string {env!r}; sb3_ippo needs a PettingZoo environment instance, "
@@ -88,6 +90,15 @@ def to_parallel_env(env: Any) -> ParallelEnv:
         raise TypeError(
             f"Got the gymnasium env {env}; sb3_ippo trains PettingZoo multi-agent environments (ParallelEnv or AECEnv). "
             "For a single-agent gymnasium env, use stable_baselines3.PPO."
+        )
+    if callable(env):
+        kind = "class" if isinstance(env, type) else "function"
+        name = getattr(env, "__qualname__", "")
+        label = f"the {kind} {name}" if name and "<" not in name else f"a {kind}"  # not "<locals>.par_fn"
+        raise TypeError(
+            f"Got {label}, not an environment: call it to make one, e.g. "
+            "`IPPO('MlpPolicy', simple_spread_v3.parallel_env())`, or pass the function to make_vec_env, e.g. "
+            "`make_vec_env(simple_spread_v3.parallel_env, n_envs=8)`."
         )
     raise TypeError(f"Expected a PettingZoo ParallelEnv or AECEnv, got {type(env).__name__}: {env!r}")
 
@@ -213,6 +224,9 @@ class MultiAgentVecEnv(VecEnv):
         self._alive = {agent: np.zeros(num_envs, dtype=bool) for agent in self.possible_agents}
         self._actions: dict[AgentID, np.ndarray] | None = None
         super().__init__(num_envs, spaces.Dict(observation_spaces), spaces.Dict(action_spaces))
+        if self.render_mode is not None:
+            # SB3's VecVideoRecorder reads the frame rate here.
+            self.metadata["render_fps"] = (self.get_attr("metadata", [0])[0] or {}).get("render_fps", 30)
 
     def observation_space_of(self, agent: AgentID) -> spaces.Space:
         return self.observation_spaces[agent]
@@ -327,6 +341,16 @@ class MultiAgentVecEnv(VecEnv):
     def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
         """Reset every copy (copy i with seed + i if ``seed(seed)`` was called); return ``{agent_id: obs (n_envs, ...)}``."""
         raise NotImplementedError
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each copy's frame (``render()`` of a copy made with ``render_mode="rgb_array"``). ``render()``, SB3's,
+        tiles them into one image, so SB3's ``VecVideoRecorder`` records every copy."""
+        if self.render_mode != "rgb_array":
+            raise ValueError(
+                f"The env copies were made with render_mode={self.render_mode!r}: images need render_mode='rgb_array', "
+                "e.g. make_vec_env(env_fn, env_kwargs=dict(render_mode='rgb_array'))"
+            )
+        return self.env_method("render")
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         # PettingZoo envs are not gymnasium envs: no gymnasium wrapper can be around them. But every copy records
@@ -622,8 +646,10 @@ def make_vec_env(
     :param env_kwargs: Keyword arguments for ``env_fn``.
     """
     if not callable(env_fn):
+        made = is_parallel_env(env_fn) or isinstance(env_fn, AECEnv)
         raise TypeError(
-            f"env_fn must be a callable that returns a PettingZoo env (e.g. simple_spread_v3.parallel_env), got {env_fn!r}"
+            "env_fn must be a callable that returns a PettingZoo env (e.g. simple_spread_v3.parallel_env, not called), "
+            f"got {'the env ' if made else ''}{env_fn!r}"
         )
     if isinstance(env_fn, type) and issubclass(env_fn, gym.Env):
         raise TypeError(f"{env_fn.__name__} is a gymnasium env; make_vec_env needs a factory of PettingZoo envs")
@@ -653,6 +679,12 @@ def as_multiagent_vec_env(env: Any) -> MultiAgentVecEnv:
         return env
     if env is None:
         raise ValueError("An environment is needed: pass a PettingZoo ParallelEnv, an AECEnv, or make_vec_env(...)")
+    if isinstance(env, VecNormalize):
+        raise TypeError(
+            "Got an SB3 VecNormalize: IPPO normalizes per agent itself. Pass the PettingZoo env or "
+            "sb3_ippo.make_vec_env(...) unwrapped, with IPPO(..., normalize_obs=True) for observations (and "
+            "normalize_returns=True, the default, for value targets)."
+        )
     if isinstance(env, VecEnv):
         raise TypeError(
             f"Got the SB3 VecEnv {env}; sb3_ippo needs a PettingZoo env or sb3_ippo.make_vec_env(env_fn, n_envs=...)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import numbers
 import pathlib
 import re
 import sys
@@ -29,12 +30,14 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
-from sb3_ippo.buffer import VERSION_STAMPS, AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory, VersionStamp
 from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
+from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
+from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
-from sb3_ippo.ppo_update import KL_STOPS, KLStop, UpdateStats, build_batch, ppo_update
+from sb3_ippo.ppo_update import KLStop, UpdateStats, build_batch, ppo_update
 from sb3_ippo.stacked import (
     StackedPolicies,
     concat_tensor_obs,
@@ -122,7 +125,8 @@ class IPPO(BaseAlgorithm):
         oldest ones; ``n_episodes`` is then ignored. None: count episodes.
     :param n_episodes: An update is due once every agent that has acted has ``n_episodes`` finished
         trajectories (reference: ``traj_per_epoch``), and it drains exactly that many, oldest first; the excess
-        waits for the next update. With ``rollout_len``, each chunk counts as a trajectory.
+        waits for the next update. With ``rollout_len``, each chunk counts as a trajectory. May be None when
+        ``n_steps`` is set (it is then ignored).
     :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch.
     :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``).
     :param gamma: Discount factor.
@@ -207,7 +211,7 @@ class IPPO(BaseAlgorithm):
         env: Any,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int | None = None,
-        n_episodes: int = 8,
+        n_episodes: int | None = 8,
         batch_size: int | None = None,
         n_epochs: int = 80,
         gamma: float = 0.99,
@@ -246,6 +250,12 @@ class IPPO(BaseAlgorithm):
         if isinstance(policy, type) and not issubclass(policy, ActorCriticPolicy):
             raise TypeError(
                 f"policy must be an ActorCriticPolicy subclass or one of {list(self.policy_aliases)}, got {policy}"
+            )
+        if isinstance(policy, str) and policy not in self.policy_aliases:
+            close = [name for name in self.policy_aliases if name.lower() == policy.lower()]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"Unknown policy {policy!r}{hint}: use one of {list(self.policy_aliases)} or an ActorCriticPolicy subclass"
             )
         super().__init__(
             policy=policy,
@@ -310,56 +320,9 @@ class IPPO(BaseAlgorithm):
             self._setup_model()
 
     def _check_hyperparameters(self) -> None:
-        positive = {"n_episodes": self.n_episodes, "n_epochs": self.n_epochs}
-        optional_positive = {
-            "n_steps": self.n_steps,
-            "batch_size": self.batch_size,
-            "rollout_len": self.rollout_len,
-            "max_episode_steps": self.max_episode_steps,
-            "max_buffered_episodes": self.max_buffered_episodes,
-        }
-        for name, value in {**positive, **optional_positive}.items():
-            if value is None and name in optional_positive:
-                continue
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                none = " or None" if name in optional_positive else ""
-                raise ValueError(f"{name} must be a positive integer{none}, got {value!r}")
-        if not isinstance(self.max_version_lag, (int, np.integer)) or self.max_version_lag < 0:
-            raise ValueError(f"max_version_lag must be a non-negative integer, got {self.max_version_lag!r}")
-        self._check_update_trigger()
-        if self.kl_stop not in KL_STOPS:
-            raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {self.kl_stop!r}")
-        if self.version_stamp not in VERSION_STAMPS:
-            raise ValueError(f"version_stamp must be one of {VERSION_STAMPS}, got {self.version_stamp!r}")
-        if self.async_training and self.max_version_lag < 1:
-            raise ValueError(
-                "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
-                "drop as stale: use max_version_lag >= 1 or async_training=False"
-            )
-        if self.target_kl is not None and self.target_kl <= 0:
-            raise ValueError(f"target_kl must be positive or None, got {self.target_kl}")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got gamma={self.gamma}, gae_lambda={self.gae_lambda}")
-
-    def _check_update_trigger(self) -> None:
-        """Refuse a buffer bound under which no update could ever be due (collection would reject trajectories
-        forever). With ``n_steps``, the bound is known where trajectories have a known maximum length."""
-        if self.max_buffered_episodes is None:
-            return
-        if self.n_steps is None:
-            if self.max_buffered_episodes < self.n_episodes:
-                raise ValueError(
-                    f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes "
-                    f"({self.n_episodes}), or no update could ever be due"
-                )
-            return
-        lengths = [length for length in (self.rollout_len, self.max_episode_steps) if length is not None]
-        if lengths and self.max_buffered_episodes * min(lengths) < self.n_steps:
-            raise ValueError(
-                f"max_buffered_episodes ({self.max_buffered_episodes}) trajectories of at most {min(lengths)} steps "
-                f"(rollout_len / max_episode_steps) cannot cover n_steps ({self.n_steps}), so no update could ever be "
-                f"due: raise max_buffered_episodes to at least {-(-self.n_steps // min(lengths))}"
-            )
+        """:raises ValueError: naming the first hyperparameter (or combination) that is not valid, and what it expects."""
+        attributes = {"stats_window_size": "_stats_window_size", "groups": "group_definition"}
+        check_hyperparameters({name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES})
 
     # ----------------------------------------------------------------------------------------------------------
     # Environment
@@ -647,7 +610,10 @@ class IPPO(BaseAlgorithm):
             raise ValueError(
                 "No environment to learn on: pass one to IPPO(...), IPPO.load(path, env=...) or model.set_env(env)"
             )
+        if not isinstance(total_timesteps, numbers.Real) or isinstance(total_timesteps, bool) or not total_timesteps >= 1:
+            raise ValueError(f"total_timesteps must be a positive number of env steps, got {total_timesteps!r}")
         self._check_hyperparameters()
+        updates_at_start = self._n_updates
         previous_obs = self._last_obs
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
@@ -683,8 +649,39 @@ class IPPO(BaseAlgorithm):
                 executor.shutdown()
         if finished_last and log_interval is not None:
             self.dump_logs(iteration)
+        if self._n_updates == updates_at_start and self.num_timesteps >= total_timesteps:
+            self._warn_no_update()
         callback.on_training_end()
         return self
+
+    def _warn_no_update(self) -> None:
+        """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would
+        give one: an SB3 habit such as ``n_steps=2048`` with ``learn(1000)`` would otherwise be a silent no-op."""
+        if self.n_steps is not None:
+            trigger, wanted, column, unit = "n_steps", self.n_steps, 1, "transitions in finished trajectories"
+        else:
+            trigger, wanted, column, unit = "n_episodes", self.n_episodes or 0, 0, "finished trajectories"
+        counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
+        have = min((count[column] for count in counts), default=0)
+        steps = self.num_timesteps - self._num_timesteps_at_start
+        lower = f", or lower {trigger}" if wanted > 1 else ""
+        if have > 0:
+            advice = (
+                f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
+                f"again with reset_num_timesteps=False){lower}."
+            )
+        else:
+            advice = (
+                "No trajectory finished within the budget: raise total_timesteps, or cut episodes with "
+                f"max_episode_steps or rollout_len{lower}."
+            )
+        message = (
+            f"IPPO.learn ended after {steps} env steps without a single update (policy_version is still "
+            f"{self.policy_version}): an update needs {trigger}={wanted} {unit} from every agent that acted, and the "
+            f"agent with the fewest has {have}. {advice}"
+        )
+        self.logger.warn(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
     def _update_due(self) -> bool:
         """An update is due when every agent that has acted so far has enough fresh finished trajectories.
@@ -993,8 +990,8 @@ class IPPO(BaseAlgorithm):
         for agent, agent_stats in self.update_stats.items():
             prefix = f"train/{self._log_names[agent]}/"
             for name in ("policy_loss", "value_loss", "approx_kl", "entropy_loss", "clip_fraction", "n_epochs_run"):
-                self.logger.record(prefix + name, getattr(agent_stats, name))
-            self.logger.record(prefix + "n_transitions", agent_stats.n_transitions)
+                self.logger.record(prefix + name, getattr(agent_stats, name), exclude=self._per_agent_exclude)
+            self.logger.record(prefix + "n_transitions", agent_stats.n_transitions, exclude=self._per_agent_exclude)
         for name, group in self._agent_groups.items():
             group_stats = [self.update_stats[agent] for agent in group.agents if agent in self.update_stats]
             if len(group.agents) > 1 and group_stats:
@@ -1012,6 +1009,12 @@ class IPPO(BaseAlgorithm):
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
 
+    @property
+    def _per_agent_exclude(self) -> tuple[str, ...] | None:
+        """Per-agent keys go to CSV and TensorBoard, but to stdout only at ``verbose=2``: with many agents they would
+        bury the team's numbers."""
+        return None if self.verbose >= 2 else ("stdout", "log")
+
     def dump_logs(self, iteration: int = 0) -> None:
         """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
         assert self.ep_info_buffer is not None
@@ -1027,7 +1030,8 @@ class IPPO(BaseAlgorithm):
                     info["agent_returns"][agent] for info in self.ep_info_buffer if agent in info.get("agent_returns", {})
                 ]
                 if returns:
-                    self.logger.record(f"rollout/{self._log_names[agent]}/ep_rew_mean", safe_mean(returns))
+                    key = f"rollout/{self._log_names[agent]}/ep_rew_mean"
+                    self.logger.record(key, safe_mean(returns), exclude=self._per_agent_exclude)
         self.logger.record("time/fps", fps)
         self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
@@ -1060,8 +1064,16 @@ class IPPO(BaseAlgorithm):
             raise ValueError(f"Unknown agent ids {unknown}: the model's agents are {self.possible_agents}")
         actions = {}
         for agent, obs in observation.items():
-            policy_obs = self._policy_input(agent, obs)
-            actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+            try:
+                policy_obs = self._policy_input(agent, obs)
+                actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+            except (ValueError, TypeError) as error:
+                space = self.observation_spaces[agent]
+                expected = f"{space.shape} or (n, *{space.shape})" if space.shape else f"an element of {space}"
+                raise ValueError(
+                    f"Agent {agent!r}: its observation (shape {np.shape(obs) if not isinstance(obs, Mapping) else 'dict'}) "
+                    f"does not fit its observation space {space}; expected shape {expected}. ({error})"
+                ) from error
         return actions, None
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
