@@ -471,3 +471,20 @@ def test_options_parse_python_literals() -> None:
 )
 def test_option_text_parses_back_to_the_value(value: Any) -> None:
     assert literal(to_text(value)) == value
+
+
+def test_share_parameters_and_groups_on_the_command_line(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "shared"
+    main(["train", "--env", "mpe2.simple_adversary_v3", "--env-kwargs", "max_cycles=10", "--timesteps", "40",
+          "--n-envs", "2", "--out", str(out), "--eval-episodes", "0", *TINY,
+          "--share-parameters", "{'good': True}", "--groups", "{'good': ['agent_0', 'agent_1']}"])
+
+    model = IPPO.load(out / "model.zip")
+    assert dict(model.groups) == {"adversary": ["adversary_0"], "good": ["agent_0", "agent_1"]}
+    assert model.policies["agent_0"] is model.policies["agent_1"]
+    assert model.policies["adversary_0"] is not model.policies["agent_0"]
+
+
+@pytest.mark.parametrize(("option", "value"), [("--share-parameters", "maybe"), ("--groups", "['agent_0']")])
+def test_bad_group_options_are_usage_errors(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
+    assert option in usage_error(capsys, ["train", option, value])

@@ -184,6 +184,10 @@ def _boolean(text: str) -> bool:
     raise ValueError("not a boolean")
 
 
+def _boolean_or_dict(text: str) -> bool | dict[str, Any]:
+    return _dict(text) if text.strip().startswith(("{", "dict(")) else _boolean(text)
+
+
 def _number(text: str) -> float:
     return float(text)
 
@@ -218,6 +222,8 @@ def hyperparameter_type(name: str, annotation: str) -> Callable[[str], Any]:
     base: Callable[[str], Any]
     if "Schedule" in annotation:
         base, expected = _number_or_schedule, "a number or lin_<number> (a linear schedule)"
+    elif annotation.startswith("bool") and "Mapping" in annotation:
+        base, expected = _boolean_or_dict, 'True, False or a dict, e.g. "{\'agent\': True}"'
     elif annotation.startswith("bool"):
         base, expected = _boolean, "True or False"
     elif annotation.startswith("int"):
