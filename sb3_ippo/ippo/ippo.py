@@ -9,7 +9,7 @@ import pathlib
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -28,6 +28,7 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
+from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
@@ -445,6 +446,26 @@ class IPPO(BaseAlgorithm):
         optimizers = [f"_policies.{self._policy_keys[agent]}.optimizer" for agent in self.possible_agents]
         return ["_policies", *optimizers], []
 
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+        format: str | None = None,
+    ) -> None:
+        """Write the model to one file: a zip (SB3's format) or, for a ``.safetensors`` path or
+        ``format="safetensors"``, a safetensors file that loads without running code (``docs/usage.md``).
+
+        :param format: "zip", "safetensors", or None: from the file name (".safetensors" or else zip).
+        :raises sb3_ippo.serialization.NotSerializableError: (safetensors) naming each attribute the format cannot
+            hold, such as a callable schedule, and what to do instead.
+        """
+        format, path = serialization.resolve_save_format(path, format)
+        if format == "safetensors":
+            serialization.save_safetensors(self, path, exclude, include)
+        else:
+            serialization.save_zip(self, path, exclude, include)
+
     @classmethod
     def load(  # type: ignore[override]
         cls: type[SelfIPPO],
@@ -454,17 +475,31 @@ class IPPO(BaseAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trusted: bool = True,
         **kwargs: Any,
     ) -> SelfIPPO:
         """Load a model saved by :meth:`save`: every agent's weights and optimizer state, the normalization
         statistics, ``policy_version`` and the counters.
 
         :param env: The env to continue training on or to evaluate (same agents and spaces); None for ``predict``.
+        :param trusted: For a zip: True unpickles its pickled entries as SB3 does, which runs any code the file
+            names: only for files from a trusted source. False unpickles nothing, and refuses a zip with an entry
+            that only unpickling could restore. A safetensors file never unpickles anything, whatever this says.
         :raises ValueError: if the file is not an IPPO model, or ``env``'s agents or spaces differ (naming the agent).
+        :raises sb3_ippo.serialization.UntrustedContentError: with ``trusted=False``, naming the entries that would
+            need unpickling.
         """
-        data, params, _ = load_from_zip_file(
-            path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
-        )
+        data: dict[str, Any] | None
+        if serialization.is_safetensors_file(path):
+            data, params = serialization.load_safetensors(path)
+        elif not trusted:
+            data, params = serialization.load_zip_untrusted(path, device=device)
+        else:
+            data, params, _ = load_from_zip_file(
+                path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
+            )
+            if data is not None:
+                data.pop(serialization.JSON_STATE_KEY, None)
         if data is None or params is None or "possible_agents" not in data or "_policies" not in params:
             raise ValueError(f"{path} is not an IPPO model: it holds no per-agent policies")
         if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data["policy_kwargs"]:
