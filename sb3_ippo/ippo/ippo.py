@@ -34,7 +34,7 @@ from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
 from sb3_ippo.ppo_update import UpdateStats, build_batch, ppo_update
-from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
+from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
 
@@ -250,6 +250,8 @@ class IPPO(BaseAlgorithm):
         self.policy_version = 0
         self.stale_episodes_dropped = 0
         self.rejected_episodes = 0
+        self.env_restarts = 0
+        self.episodes_lost = 0
         self.obs_normalizers: dict[AgentID, ObservationNormalizer] | None = None
         self.return_normalizers: dict[AgentID, ReturnNormalizer] | None = None
         self._agents_seen: set[AgentID] = set()
@@ -548,7 +550,7 @@ class IPPO(BaseAlgorithm):
         if self._last_obs is not previous_obs:
             # The env copies were reset: the trajectories in progress cannot continue.
             for buffer in self.buffers.values():
-                buffer.drop_open()
+                self.episodes_lost += buffer.drop_open()
             self._last_alive = self.env.alive
         iteration = 0
         callback.on_training_start(locals(), globals())
@@ -570,6 +572,9 @@ class IPPO(BaseAlgorithm):
                 iteration += 1
                 if log_interval is not None and iteration % log_interval == 0:
                     self.dump_logs(iteration)
+        except BaseException:
+            self._after_interruption()
+            raise
         finally:
             finished_last = self._finish_update_in_flight()
             if executor is not None:
@@ -578,6 +583,14 @@ class IPPO(BaseAlgorithm):
             self.dump_logs(iteration)
         callback.on_training_end()
         return self
+
+    def _after_interruption(self) -> None:
+        """Leave the model consistent after an exception or Ctrl-C inside ``learn``: it may have struck in the middle of
+        a vectorized step, so the trajectories in progress are dropped (counted in ``episodes_lost``) and the next
+        ``learn`` resets the env copies. Finished trajectories stay for the next update."""
+        for buffer in self.buffers.values():
+            self.episodes_lost += buffer.drop_open()
+        self._last_obs = None
 
     def _update_due(self) -> bool:
         """An update is due when every agent that has acted so far has enough fresh finished trajectories."""
@@ -633,11 +646,12 @@ class IPPO(BaseAlgorithm):
             sampled = {agent: self._act(agent, obs[agent], alive[agent]) for agent in acting}
             step = env.step_agents({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
             self.num_timesteps += env.num_envs
+            recorded = self._handle_env_restarts(step)
 
             for agent in acting:
                 actions, values, log_probs = sampled[agent]
                 self.buffers[agent].add(
-                    alive[agent],
+                    alive[agent] & recorded,
                     obs[agent],
                     actions,
                     step.rewards[agent],
@@ -666,6 +680,17 @@ class IPPO(BaseAlgorithm):
 
         callback.on_rollout_end()
         return continue_training
+
+    def _handle_env_restarts(self, step: MultiAgentStep) -> np.ndarray:
+        """Count the env copies restarted in ``step`` and drop the trajectories their lost episodes left open, which
+        are never trained on. Returns which rows of ``step`` are transitions (not those of a lost episode)."""
+        self.env_restarts += sum(bool(info.get("env_restarted")) for info in step.infos)
+        if step.restarted is None or not step.restarted.any():
+            return np.ones(len(step.dones), dtype=bool)
+        for env_idx in np.flatnonzero(step.restarted).tolist():
+            for buffer in self.buffers.values():
+                self.episodes_lost += buffer.drop_open(env_idx)
+        return ~step.restarted
 
     def _count_dropped_episodes(self) -> None:
         for buffer in self.buffers.values():
@@ -792,6 +817,8 @@ class IPPO(BaseAlgorithm):
         self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
         self.logger.record("train/clip_range", job.clip_range)
         self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
+        self.logger.record("rollout/env_restarts", self.env_restarts)
+        self.logger.record("rollout/episodes_lost", self.episodes_lost)
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
 
