@@ -30,6 +30,7 @@ from torch import nn
 
 from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
+from sb3_ippo.export import fold_observation_normalization
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
@@ -875,19 +876,18 @@ class IPPO(BaseAlgorithm):
         return actions, None
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it, and its
-        deterministic actions equal this model's for that agent.
+        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
+        importing sb3_ippo), and its deterministic actions on raw observations equal this model's for that agent.
+
+        With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
+        of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard
+        deviations of the running mean; IPPO clips farther ones to 10, the exported policy does not.
 
         :raises KeyError: for an unknown agent id.
-        :raises ValueError: with ``normalize_obs``: a plain PPO zip has no place for the observation statistics.
+        :raises ValueError: with ``normalize_obs``, for a policy whose first layers cannot take the statistics.
         """
         if agent_id not in self._policy_keys:
             raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {self.possible_agents}")
-        if self.obs_normalizers is not None:
-            raise ValueError(
-                "export_agent cannot carry normalize_obs statistics into a plain PPO zip: the exported policy would "
-                "see unnormalized observations. Train with normalize_obs=False to export."
-            )
         policy = self.policies[agent_id]
         ppo = PPO(
             type(policy),
@@ -915,4 +915,6 @@ class IPPO(BaseAlgorithm):
         ppo._setup_model()
         ppo.policy.load_state_dict(policy.state_dict())
         ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
+        if self.obs_normalizers is not None:
+            fold_observation_normalization(ppo.policy, self.obs_normalizers[agent_id])
         ppo.save(path)
