@@ -516,21 +516,27 @@ def resolve_save_format(path: PathOrFile, format: str | None) -> tuple[str, Path
     return format, path
 
 
-def is_safetensors_file(path: PathOrFile) -> bool:
-    """Whether ``path`` (a path or a readable, seekable file object) holds a safetensors file rather than a zip."""
+def safetensors_file(path: PathOrFile) -> PathOrFile | None:
+    """``path`` if it holds a safetensors file rather than a zip (a path, or a readable, seekable file object), or
+    ``path + ".safetensors"`` for a path without suffix that names no file, where that one exists (as SB3 reads
+    "model" as "model.zip"); else None."""
     if isinstance(path, (str, pathlib.Path)):
         file_path = pathlib.Path(path)
         if file_path.suffix == ".safetensors":
-            return True
+            return path
         if not file_path.is_file():
-            return False  # SB3's zip loading handles missing files and the implicit ".zip".
+            with_suffix = pathlib.Path(f"{file_path}.safetensors")
+            if not file_path.suffix and with_suffix.is_file() and not pathlib.Path(f"{file_path}.zip").exists():
+                return with_suffix
+            return None  # SB3's zip loading handles missing files and the implicit ".zip".
         with file_path.open("rb") as file:
             head = file.read(9)
     else:
         position = path.tell()
         head = path.read(9)
         path.seek(position)
-    return len(head) == 9 and not head.startswith(_ZIP_MAGIC) and head[8:9] == b"{"
+    is_safetensors = len(head) == 9 and not head.startswith(_ZIP_MAGIC) and head[8:9] == b"{"
+    return path if is_safetensors else None
 
 
 def _read_bytes(path: PathOrFile) -> bytes:
@@ -563,9 +569,14 @@ def load_safetensors(path: PathOrFile) -> tuple[dict[str, Any], dict[str, Any]]:
     JSON and tensors only: nothing is unpickled."""
     payload = _read_bytes(path)
     document = _safetensors_metadata(payload, path)
-    decoder = _Decoder(load_safetensors_bytes(payload))
-    data = {name: decoder.decode(value, name) for name, value in document["attributes"].items()}
-    params = {name: decoder.decode(state, name) for name, state in document["parameters"].items()}
+    try:
+        decoder = _Decoder(load_safetensors_bytes(payload))
+        data = {name: decoder.decode(value, name) for name, value in document["attributes"].items()}
+        params = {name: decoder.decode(state, name) for name, state in document["parameters"].items()}
+    except UntrustedContentError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ValueError(f"{path} is a damaged sb3_ippo safetensors file: {type(error).__name__}: {error}") from error
     return data, params
 
 
@@ -596,8 +607,13 @@ def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tu
     decoder = _Decoder(None)
     refused = {}
     for name in pickled:
-        if name in twin["attributes"]:
-            data[name] = decoder.decode(twin["attributes"][name], name)
+        if name in twin.get("attributes", {}):
+            try:
+                data[name] = decoder.decode(twin["attributes"][name], name)
+            except UntrustedContentError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                raise ValueError(f"{path} has a damaged description of {name!r}: {type(error).__name__}: {error}") from error
         else:
             refused[name] = twin.get("refused", {}).get(name, "it has no safe description")
     if refused:
@@ -634,10 +650,10 @@ __all__ = [
     "UntrustedContentError",
     "decode_space",
     "encode_space",
-    "is_safetensors_file",
     "load_safetensors",
     "load_zip_untrusted",
     "resolve_save_format",
+    "safetensors_file",
     "save_safetensors",
     "save_zip",
 ]

@@ -174,6 +174,8 @@ def test_save_format_argument_and_file_objects(trained: tuple[IPPO, Any, Any], t
     model, _, _ = trained
     model.save(tmp_path / "model", format="safetensors")
     assert (tmp_path / "model.safetensors").is_file()
+    with no_unpickling():
+        assert_restored_exactly(model, IPPO.load(tmp_path / "model"))  # "model" means "model.safetensors" here
     buffer = io.BytesIO()
     model.save(buffer, format="safetensors")
     buffer.seek(0)
@@ -308,6 +310,16 @@ def test_a_forged_safetensors_file_is_refused(
     forged_safetensors(tmp_path / "forged.safetensors", path, edit)
     with no_unpickling(), pytest.raises(UntrustedContentError, match=message):
         IPPO.load(tmp_path / "forged.safetensors")
+
+
+def test_a_damaged_safetensors_file_is_a_clear_error(
+    trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path
+) -> None:
+    _, path, _ = trained
+    truncated_tuple = {"__type__": "tuple"}  # its "items" are missing
+    forged_safetensors(tmp_path / "damaged.safetensors", path, lambda doc: doc["attributes"].update(seed=truncated_tuple))
+    with pytest.raises(ValueError, match=r"damaged sb3_ippo safetensors file: KeyError"):
+        IPPO.load(tmp_path / "damaged.safetensors")
 
 
 @pytest.mark.parametrize(

@@ -493,8 +493,9 @@ class IPPO(BaseAlgorithm):
             need unpickling.
         """
         data: dict[str, Any] | None
-        if serialization.is_safetensors_file(path):
-            data, params = serialization.load_safetensors(path)
+        safetensors_path = serialization.safetensors_file(path)
+        if safetensors_path is not None:
+            data, params = serialization.load_safetensors(safetensors_path)
         elif not trusted:
             data, params = serialization.load_zip_untrusted(path, device=device)
         else:
