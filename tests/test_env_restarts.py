@@ -141,6 +141,21 @@ def test_a_dead_worker_is_started_anew_and_its_copies_rebuilt() -> None:
     assert [process.exitcode for process in vec_env.processes] == [0, 0]
 
 
+@pytest.mark.usefixtures("no_hang")
+def test_a_worker_that_dies_before_a_reset_is_replaced_by_the_reset() -> None:
+    vec_env = make_vec_env(FlakyEnv, n_envs=2, seed=0, vec_env_cls="subproc", on_env_error="restart")
+    assert isinstance(vec_env, SubprocMultiAgentVecEnv)
+    vec_env.reset()
+    os.kill(vec_env.processes[1].pid, signal.SIGKILL)
+    vec_env.processes[1].join()
+    obs = vec_env.reset()
+    assert episode_steps(obs["agent_0"]).tolist() == [0, 0]
+    assert [bool(info.get("env_restarted")) for info in vec_env.reset_infos] == [False, True]
+    assert vec_env.restarts == 1
+    vec_env.step_agents(zeros(vec_env))
+    vec_env.close()
+
+
 @pytest.mark.parametrize(
     ("on_env_error", "max_restarts", "message"),
     [("retry", 3, "on_env_error must be one of"), ("restart", -1, "max_restarts must be a non-negative integer")],
