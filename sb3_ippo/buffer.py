@@ -195,9 +195,14 @@ class AgentEpisodeBuffer:
         stamp = trajectory.policy_version if self.version_stamp == "first_step" else policy_version
         self.finished.append(trajectory.close(terminated, bootstrap_obs, stamp))
 
-    def drop_open(self) -> None:
-        """Forget the trajectories in progress (the env copies were reset behind the buffer's back)."""
-        self._open = [None] * self.n_envs
+    def drop_open(self, env_idx: int | None = None) -> int:
+        """Forget the trajectories in progress: of copy ``env_idx`` (its episode was lost), or of every copy (they were
+        reset behind the buffer's back). Returns how many were dropped."""
+        indices = range(self.n_envs) if env_idx is None else [env_idx]
+        dropped = sum(self._open[i] is not None for i in indices)
+        for i in indices:
+            self._open[i] = None
+        return dropped
 
     @staticmethod
     def is_stale(trajectory: Trajectory, current_version: int, max_version_lag: int) -> bool:

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -30,7 +30,9 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
+from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo.export import fold_observation_normalization
 from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
@@ -46,7 +48,7 @@ from sb3_ippo.stacked import (
     stacked_ppo_update,
     why_not_stackable,
 )
-from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
+from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
 
@@ -302,6 +304,8 @@ class IPPO(BaseAlgorithm):
         self.policy_version = 0
         self.stale_episodes_dropped = 0
         self.rejected_episodes = 0
+        self.env_restarts = 0
+        self.episodes_lost = 0
         self.obs_normalizers: dict[AgentID, ObservationNormalizer] | None = None
         self.return_normalizers: dict[AgentID, ReturnNormalizer] | None = None
         self._agents_seen: set[AgentID] = set()
@@ -550,6 +554,26 @@ class IPPO(BaseAlgorithm):
         optimizers = [f"_policies.{self._policy_keys[agent]}.optimizer" for agent in self.possible_agents]
         return ["_policies", *optimizers], []
 
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+        format: str | None = None,
+    ) -> None:
+        """Write the model to one file: a zip (SB3's format) or, for a ``.safetensors`` path or
+        ``format="safetensors"``, a safetensors file that loads without running code (``docs/usage.md``).
+
+        :param format: "zip", "safetensors", or None: from the file name (".safetensors" or else zip).
+        :raises sb3_ippo.serialization.NotSerializableError: (safetensors) naming each attribute the format cannot
+            hold, such as a callable schedule, and what to do instead.
+        """
+        format, path = serialization.resolve_save_format(path, format)
+        if format == "safetensors":
+            serialization.save_safetensors(self, path, exclude, include)
+        else:
+            serialization.save_zip(self, path, exclude, include)
+
     @classmethod
     def load(  # type: ignore[override]
         cls: type[SelfIPPO],
@@ -559,17 +583,32 @@ class IPPO(BaseAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trusted: bool = True,
         **kwargs: Any,
     ) -> SelfIPPO:
         """Load a model saved by :meth:`save`: every agent's weights and optimizer state, the normalization
         statistics, ``policy_version`` and the counters.
 
         :param env: The env to continue training on or to evaluate (same agents and spaces); None for ``predict``.
+        :param trusted: For a zip: True unpickles its pickled entries as SB3 does, which runs any code the file
+            names: only for files from a trusted source. False unpickles nothing, and refuses a zip with an entry
+            that only unpickling could restore. A safetensors file never unpickles anything, whatever this says.
         :raises ValueError: if the file is not an IPPO model, or ``env``'s agents or spaces differ (naming the agent).
+        :raises sb3_ippo.serialization.UntrustedContentError: with ``trusted=False``, naming the entries that would
+            need unpickling.
         """
-        data, params, _ = load_from_zip_file(
-            path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
-        )
+        data: dict[str, Any] | None
+        safetensors_path = serialization.safetensors_file(path)
+        if safetensors_path is not None:
+            data, params = serialization.load_safetensors(safetensors_path)
+        elif not trusted:
+            data, params = serialization.load_zip_untrusted(path, device=device)
+        else:
+            data, params, _ = load_from_zip_file(
+                path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
+            )
+            if data is not None:
+                data.pop(serialization.JSON_STATE_KEY, None)
         if data is None or params is None or "possible_agents" not in data or "_policies" not in params:
             raise ValueError(f"{path} is not an IPPO model: it holds no per-agent policies")
         if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data["policy_kwargs"]:
@@ -621,7 +660,7 @@ class IPPO(BaseAlgorithm):
         if self._last_obs is not previous_obs:
             # The env copies were reset: the trajectories in progress cannot continue.
             for buffer in self.buffers.values():
-                buffer.drop_open()
+                self.episodes_lost += buffer.drop_open()
             self._last_alive = self.env.alive
         iteration = 0
         callback.on_training_start(locals(), globals())
@@ -643,6 +682,9 @@ class IPPO(BaseAlgorithm):
                 iteration += 1
                 if log_interval is not None and iteration % log_interval == 0:
                     self.dump_logs(iteration)
+        except BaseException:
+            self._after_interruption()
+            raise
         finally:
             finished_last = self._finish_update_in_flight()
             if executor is not None:
@@ -653,6 +695,14 @@ class IPPO(BaseAlgorithm):
             self._warn_no_update()
         callback.on_training_end()
         return self
+
+    def _after_interruption(self) -> None:
+        """Leave the model consistent after an exception or Ctrl-C inside ``learn``: it may have struck in the middle of
+        a vectorized step, so the trajectories in progress are dropped (counted in ``episodes_lost``) and the next
+        ``learn`` resets the env copies. Finished trajectories stay for the next update."""
+        for buffer in self.buffers.values():
+            self.episodes_lost += buffer.drop_open()
+        self._last_obs = None
 
     def _warn_no_update(self) -> None:
         """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would
@@ -783,11 +833,12 @@ class IPPO(BaseAlgorithm):
             sampled = self._act(obs, alive, acting)
             step = env.step_agents({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
             self.num_timesteps += env.num_envs
+            recorded = self._handle_env_restarts(step)
 
             for agent in acting:
                 actions, values, log_probs = sampled[agent]
                 self.buffers[agent].add(
-                    alive[agent],
+                    alive[agent] & recorded,
                     obs[agent],
                     actions,
                     step.rewards[agent],
@@ -816,6 +867,17 @@ class IPPO(BaseAlgorithm):
 
         callback.on_rollout_end()
         return continue_training
+
+    def _handle_env_restarts(self, step: MultiAgentStep) -> np.ndarray:
+        """Count the env copies restarted in ``step`` and drop the trajectories their lost episodes left open, which
+        are never trained on. Returns which rows of ``step`` are transitions (not those of a lost episode)."""
+        self.env_restarts += sum(bool(info.get("env_restarted")) for info in step.infos)
+        if step.restarted is None or not step.restarted.any():
+            return np.ones(len(step.dones), dtype=bool)
+        for env_idx in np.flatnonzero(step.restarted).tolist():
+            for buffer in self.buffers.values():
+                self.episodes_lost += buffer.drop_open(env_idx)
+        return ~step.restarted
 
     def _count_dropped_episodes(self) -> None:
         for buffer in self.buffers.values():
@@ -1006,6 +1068,8 @@ class IPPO(BaseAlgorithm):
         self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
         self.logger.record("train/clip_range", self.clip_range_schedule(job.progress_remaining))
         self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
+        self.logger.record("rollout/env_restarts", self.env_restarts)
+        self.logger.record("rollout/episodes_lost", self.episodes_lost)
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
 
@@ -1077,36 +1141,38 @@ class IPPO(BaseAlgorithm):
         return actions, None
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it, and its
-        deterministic actions equal this model's for that agent.
+        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
+        importing sb3_ippo), and its deterministic actions on raw observations equal this model's for that agent.
+
+        With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
+        of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard
+        deviations of the running mean; IPPO clips farther ones to 10, the exported policy does not.
 
         :raises KeyError: for an unknown agent id.
-        :raises ValueError: with ``normalize_obs``: a plain PPO zip has no place for the observation statistics.
+        :raises ValueError: with ``normalize_obs``, for a policy whose first layers cannot take the statistics.
         """
         if agent_id not in self._policy_keys:
             raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {self.possible_agents}")
-        if self.obs_normalizers is not None:
-            raise ValueError(
-                "export_agent cannot carry normalize_obs statistics into a plain PPO zip: the exported policy would "
-                "see unnormalized observations. Train with normalize_obs=False to export."
-            )
         policy = self.policies[agent_id]
+        group = self._agent_groups[self._group_of[agent_id]]
+        setting = functools.partial(self._group_setting, group.name)  # the agent's group's own settings, if any
+        max_grad_norm = setting("max_grad_norm")
         ppo = PPO(
             type(policy),
             env=None,  # type: ignore[arg-type]
-            learning_rate=self.learning_rate,
+            learning_rate=setting("learning_rate"),
             n_steps=max(self.n_steps or 2048, 2),
-            batch_size=self.batch_size or 64,
-            n_epochs=self.n_epochs,
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            clip_range=self.clip_range,
-            clip_range_vf=self.clip_range_vf,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            max_grad_norm=self.max_grad_norm if self.max_grad_norm is not None else float("inf"),
-            target_kl=self.target_kl,
-            policy_kwargs=self.policy_kwargs,
+            batch_size=setting("batch_size") or 64,
+            n_epochs=setting("n_epochs"),
+            gamma=setting("gamma"),
+            gae_lambda=setting("gae_lambda"),
+            clip_range=setting("clip_range"),
+            clip_range_vf=setting("clip_range_vf"),
+            ent_coef=setting("ent_coef"),
+            vf_coef=setting("vf_coef"),
+            max_grad_norm=max_grad_norm if max_grad_norm is not None else float("inf"),
+            target_kl=setting("target_kl"),
+            policy_kwargs=group.settings.get("policy_kwargs", self.policy_kwargs),
             device=self.device,
             _init_setup_model=False,
         )
@@ -1117,4 +1183,6 @@ class IPPO(BaseAlgorithm):
         ppo._setup_model()
         ppo.policy.load_state_dict(policy.state_dict())
         ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
+        if self.obs_normalizers is not None:
+            fold_observation_normalization(ppo.policy, self.obs_normalizers[agent_id])
         ppo.save(path)
