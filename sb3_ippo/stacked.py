@@ -357,7 +357,6 @@ def stacked_build_batch(
                 gamma,
                 gae_lambda,
                 None if return_normalizers is None else return_normalizers[i],
-                policies[i].value_net,
             )
         )
     return StackedBatch.from_batches(batches)
