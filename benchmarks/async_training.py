@@ -25,23 +25,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
+from stable_baselines3.common.callbacks import BaseCallback
+
 from sb3_ippo import IPPO
 
 ENV_NAME = "simple_spread_v3"
 MODES = {"sync": False, "async": True}
 
 
-def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, seed: int) -> float:
-    """Env steps per wall-clock second of one fresh model's ``learn`` (learner start-up included)."""
+class SteadyClock(BaseCallback):
+    """Notes the time and env steps when the first update has been applied: the steady state starts there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start: tuple[float, int] | None = None
+
+    def _on_step(self) -> bool:
+        if self.start is None and self.model.policy_version >= 1:
+            self.start = (time.perf_counter(), self.model.num_timesteps)
+        return True
+
+
+def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
+    """Env steps per wall-clock second of one fresh model's ``learn``: over the whole of it (learner start-up
+    included), and in the steady state, from the first applied update to the end."""
     kwargs = common.env_kwargs(ENV_NAME)
     env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs, vec_env_cls=vec_env)
     model = IPPO("MlpPolicy", env, async_training=async_training, seed=seed, device="cpu",
                  policy_kwargs={"net_arch": common.NET_ARCH})
+    clock = SteadyClock()
     start = time.perf_counter()
-    model.learn(total_timesteps=args.timesteps)
-    seconds = time.perf_counter() - start
+    model.learn(total_timesteps=args.timesteps, callback=clock)
+    end = time.perf_counter()
     env.close()
-    return model.num_timesteps / seconds
+    if clock.start is None:
+        raise ValueError(f"--timesteps {args.timesteps} gave no applied update before the end: raise it")
+    steady_seconds, steady_start = end - clock.start[0], clock.start[1]
+    return model.num_timesteps / (end - start), (model.num_timesteps - steady_start) / steady_seconds
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -57,30 +77,37 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     """Run the benchmark, print the table, and return, per kind of env copies, the median env steps per second of
-    each mode and their ratio."""
+    each mode (``sync``, ``async``: whole learn; ``sync_steady``, ``async_steady``: after the first applied update)
+    and their ratios (``ratio``, ``ratio_steady``)."""
     args = parse_args(argv)
     common.set_torch_threads(1)
     load_before = os.getloadavg()[0]
-    rates: dict[str, dict[str, list[float]]] = {vec_env: {mode: [] for mode in MODES} for vec_env in args.vec_env}
+    rates: dict[str, dict[str, list[float]]] = {
+        vec_env: {f"{mode}{part}": [] for mode in MODES for part in ("", "_steady")} for vec_env in args.vec_env
+    }
     for round_index in range(args.rounds):
         order = list(MODES) if round_index % 2 == 0 else list(reversed(MODES))
         for vec_env in args.vec_env:
             for mode in order:
-                rates[vec_env][mode].append(train_rate(MODES[mode], vec_env, args, args.seed + round_index))
-            line = ", ".join(f"{m} {rates[vec_env][m][-1]:,.0f}" for m in MODES)
-            print(f"round {round_index + 1} ({vec_env}): {line} (load average {os.getloadavg()[0]:.1f})", flush=True)
+                whole, steady = train_rate(MODES[mode], vec_env, args, args.seed + round_index)
+                rates[vec_env][mode].append(whole)
+                rates[vec_env][f"{mode}_steady"].append(steady)
+            line = ", ".join(f"{m} {rates[vec_env][m][-1]:,.0f} (steady {rates[vec_env][f'{m}_steady'][-1]:,.0f})"
+                             for m in MODES)
+            print(f"round {round_index + 1} ({vec_env}): {line}; load average {os.getloadavg()[0]:.1f}", flush=True)
     results: dict[str, dict[str, float]] = {}
     print(common.machine_description())
     print(f"{ENV_NAME} (N=3, 25 cycles), {args.n_envs} copies, IPPO defaults; {args.rounds} rounds x {args.timesteps:,} "
           f"env steps per mode, alternating (load average before: {load_before:.1f}, after: {os.getloadavg()[0]:.1f})")
-    print(f"{'copies':<9}{'mode':<8}{'env steps/s (median)':>22}{'min':>10}{'max':>10}")
+    print(f"{'copies':<9}{'mode':<14}{'env steps/s (median)':>22}{'min':>10}{'max':>10}")
     for vec_env, by_mode in rates.items():
         medians = {mode: statistics.median(values) for mode, values in by_mode.items()}
         medians["ratio"] = medians["async"] / medians["sync"]
+        medians["ratio_steady"] = medians["async_steady"] / medians["sync_steady"]
         results[vec_env] = medians
         for mode, values in by_mode.items():
-            print(f"{vec_env:<9}{mode:<8}{medians[mode]:>22,.0f}{min(values):>10,.0f}{max(values):>10,.0f}")
-        print(f"{vec_env:<9}ratio async/sync: {medians['ratio']:.2f}")
+            print(f"{vec_env:<9}{mode:<14}{medians[mode]:>22,.0f}{min(values):>10,.0f}{max(values):>10,.0f}")
+        print(f"{vec_env:<9}ratio async/sync: {medians['ratio']:.2f} (whole learn), {medians['ratio_steady']:.2f} (steady)")
     return results
 
 

@@ -79,9 +79,10 @@ def test_profile_smoke(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_async_training_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--rounds", "1", "--timesteps", "400", "--n-envs", "2", "--vec-env", "dummy"]
+    args = ["--rounds", "1", "--timesteps", "800", "--n-envs", "2", "--vec-env", "dummy"]
     results = load_benchmark("async_training").main(args)
     medians = results["dummy"]
     assert medians["sync"] > 0 and medians["async"] > 0
     assert medians["ratio"] == pytest.approx(medians["async"] / medians["sync"])
+    assert medians["ratio_steady"] == pytest.approx(medians["async_steady"] / medians["sync_steady"])
     assert "ratio async/sync" in capsys.readouterr().out
