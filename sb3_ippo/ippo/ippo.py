@@ -98,7 +98,7 @@ class IPPO(BaseAlgorithm):
     gradient clipping); it differs in what a batch is (whole trajectories, not fixed-length rollouts), in when
     values and log-probs are computed (at update time, by default) and in the early stop (checked before every
     gradient step, stopping all remaining passes of that agent). With ``async_training``, each update runs in a
-    background thread while collection goes on with the previous policies (see the parameter).
+    learner process while collection goes on with the previous policies (see the parameter).
 
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass.
@@ -169,12 +169,13 @@ class IPPO(BaseAlgorithm):
         cannot be stacked (batch normalization, dropout, gSDE, another optimizer) fall back to the reference path
         with a warning.
     :param async_training: Overlap each update with collection (the reference's background training thread).
-        When an update is due, the drained trajectories are trained on copies of the policies in a background
-        thread, while collection fills the next batch with the current policies; the trained weights are applied,
-        and ``policy_version`` advances, when the next update is due. Every batch after the first was thus
-        collected by the previous version (lag 1, so ``max_version_lag`` must be at least 1). Runs stay
-        reproducible with a seed. Python's global interpreter lock limits the overlap: about 1.03-1.08x the
-        synchronous speed on simple_spread with MLPs (``docs/algorithm.md``).
+        ``learn`` starts one learner process (spawn) holding copies of the policies; when an update is due, the
+        drained trajectories are sent to it and trained there, while collection fills the next batch with the
+        current policies; the trained weights are applied, and ``policy_version`` advances, when the next update is
+        due. Every batch after the first was thus collected by the previous version (lag 1, so ``max_version_lag``
+        must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
+        a ``RuntimeError``; the model keeps its last applied weights. Scripts need ``if __name__ == "__main__":``
+        and picklable policies (``docs/algorithm.md``).
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``.
