@@ -8,9 +8,13 @@ over the rounds. All variants read their actions from one pre-generated array, s
 layers, not the ways of drawing actions. The plain loop gets that array as Python ints (converted before its
 clock starts): mpe2 steps about 30% slower on numpy integer actions, which would flatter the layer.
 
-    python benchmarks/env_throughput.py [--rounds 5] [--steps 2000] [--n-envs 8]
+    python benchmarks/env_throughput.py [--rounds 5] [--steps 2000] [--n-envs 8] [--padded-ms 1.0] [--padded-steps 200]
 
 Targets (issue 2): dummy >= 0.7x the plain loop, subproc > 1.0x (on 2 cores).
+
+A second table (``--padded-ms``, 0 to skip) steps copies of the same env padded to cost about that many milliseconds
+of CPU per step (a busy wait, like a physics engine, not a sleep) through "dummy", "subproc" and "ray" (Ray actors on
+a local Ray instance started for it), and states Ray's overhead per vectorized step against "subproc" (issue 10).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -36,6 +41,34 @@ ENV_KWARGS = {"N": 3, "max_cycles": 25}
 
 def make_env() -> ParallelEnv:
     return simple_spread_v3.parallel_env(**ENV_KWARGS)
+
+
+def make_padded_env(step_ms: float) -> ParallelEnv:
+    """simple_spread whose every step first busy-waits ``step_ms`` milliseconds of CPU (an expensive env's cost)."""
+    env = make_env()
+    step = env.step
+
+    def padded_step(actions: dict[str, Any]) -> Any:
+        deadline = time.perf_counter() + step_ms / 1000
+        while time.perf_counter() < deadline:
+            pass
+        return step(actions)
+
+    env.step = padded_step  # type: ignore[method-assign]
+    return env
+
+
+def _pickle_this_module_by_value() -> None:
+    """Worker processes and Ray actors cannot import this file: let cloudpickle send :func:`make_padded_env` by value
+    (it does so by itself for ``__main__`` and for a module loaded by path, which is not in ``sys.modules``)."""
+    module = sys.modules.get(__name__)
+    if __name__ == "__main__" or module is None:
+        return
+    import cloudpickle
+    import ray.cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    ray.cloudpickle.register_pickle_by_value(module)
 
 
 def run_plain(envs: list[ParallelEnv], actions: list[list[list[int]]], agent_index: dict[str, int]) -> int:
@@ -72,7 +105,56 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2000, help="vectorized steps per round and variant")
     parser.add_argument("--n-envs", type=int, default=8, help="env copies")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--padded-ms", type=float, default=1.0, help="CPU cost of a padded env step (0: no padded table)")
+    parser.add_argument("--padded-steps", type=int, default=200, help="vectorized steps per round, padded env")
     return parser.parse_args(argv)
+
+
+def padded_table(args: argparse.Namespace) -> dict[str, float]:
+    """Dummy, subproc and Ray on the padded env: median vectorized steps/s over alternating rounds; Ray's overhead."""
+    import ray
+
+    _pickle_this_module_by_value()
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    load_before = os.getloadavg()[0]
+    env_fn = partial(make_padded_env, args.padded_ms)
+    vec_envs = {
+        name: make_vec_env(env_fn, args.n_envs, seed=args.seed, vec_env_cls=name) for name in ("dummy", "subproc", "ray")
+    }
+    agents = list(vec_envs["dummy"].possible_agents)
+    rng = np.random.default_rng(args.seed)
+    rates: dict[str, list[float]] = {name: [] for name in vec_envs}
+    try:
+        for vec_env in vec_envs.values():
+            vec_env.reset()
+        for round_idx in range(args.rounds + 1):  # round 0 warms up
+            actions = rng.integers(0, 5, size=(args.padded_steps, args.n_envs, len(agents)))
+            names = list(vec_envs)
+            for name in names[round_idx % 3 :] + names[: round_idx % 3]:
+                start = time.perf_counter()
+                for t in range(len(actions)):
+                    vec_envs[name].step_agents({agent: actions[t, :, j] for j, agent in enumerate(agents)})
+                if round_idx > 0:
+                    rates[name].append(len(actions) / (time.perf_counter() - start))
+    finally:
+        for vec_env in vec_envs.values():
+            vec_env.close()
+        if started_ray:
+            ray.shutdown()
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(
+        f"\nsimple_spread padded to ~{args.padded_ms:g} ms of CPU per env step, {args.n_envs} copies: {args.rounds} rounds x "
+        f"{args.padded_steps} vectorized steps (load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'variant':<10}{'vec steps/s (median)':>22}{'ms/vec step':>13}{'vs dummy':>10}")
+    for name, rate in medians.items():
+        print(f"{name:<10}{rate:>22,.1f}{1000 / rate:>13.2f}{rate / medians['dummy']:>9.2f}x")
+    overhead = 1000 / medians["ray"] - 1000 / medians["subproc"]
+    print(f"Ray overhead per vectorized step against subproc: {overhead:+.2f} ms")
+    return {f"padded_{name}": rate for name, rate in medians.items()} | {"ray_overhead_ms": overhead}
+
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -126,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     for name in ("plain", "dummy", "subproc"):
         ratio = medians[name] / medians["plain"]
         print(f"{name:<10}{medians[name]:>24,.0f}{min(rates[name]):>12,.0f}{max(rates[name]):>12,.0f}{ratio:>9.2f}x")
+    if args.padded_ms > 0:
+        return medians | padded_table(args)
     return medians
 
 

@@ -845,17 +845,17 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
 
     def _broadcast(self, command: str, per_worker_data: Sequence[Any]) -> list[Any]:
         if self.closed:
-            raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
+            raise RuntimeError(f"{type(self).__name__}: the env is closed")
         try:
             for worker, data in enumerate(per_worker_data):
                 self._send(worker, command, data)
-            return [self._receive(worker) for worker in range(len(self.remotes))]
+            return [self._receive(worker) for worker in range(len(self._slices))]
         except _WorkerDied as death:
             self._fail(death.reason)
             raise  # unreachable: _fail raises
 
     def _set_max_episode_steps(self, value: int | None) -> None:
-        self._broadcast("max_episode_steps", [value] * len(self.remotes))
+        self._broadcast("max_episode_steps", [value] * len(self._slices))
 
     # --- Restarts ---------------------------------------------------------------------------------------------
 
@@ -887,7 +887,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
     def _send_to_all(self, command: str, per_worker_data: Sequence[Any]) -> None:
         """Send a step or reset to every worker; a dead one is noted, for its results to be replaced."""
         if self.closed:
-            raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
+            raise RuntimeError(f"{type(self).__name__}: the env is closed")
         for worker, data in enumerate(per_worker_data):
             try:
                 self._send(worker, command, data)
@@ -916,7 +916,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
 
     def step_async(self, actions: dict[AgentID, np.ndarray]) -> None:  # type: ignore[override]
         if self.closed:
-            raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
+            raise RuntimeError(f"{type(self).__name__}: the env is closed")
         per_copy = self._split_actions(actions)
         self._send_to_all("step", [[per_copy[i] for i in env_slice] for env_slice in self._slices])
 
@@ -988,6 +988,8 @@ def make_vec_env(
     env_kwargs: dict[str, Any] | None = None,
     on_env_error: str = "raise",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
+    n_workers: int | None = None,
+    ray_address: str | None = None,
 ) -> MultiAgentVecEnv:
     """Run ``n_envs`` copies of a PettingZoo env, each resetting itself at the end of its episodes.
 
@@ -995,7 +997,8 @@ def make_vec_env(
         converted to a parallel one where PettingZoo allows it.
     :param n_envs: Number of copies.
     :param seed: Copy ``i`` is seeded with ``seed + i`` at its first reset (None: unseeded).
-    :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes.
+    :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes, ``"ray"`` in
+        Ray actors, on this machine or a cluster (needs ``pip install "sb3-ippo[ray]"``; see ``docs/usage.md``).
     :param env_kwargs: Keyword arguments for ``env_fn``.
     :param on_env_error: What a copy whose env raises in ``step`` or ``reset`` (or whose worker process dies)
         does: ``"raise"`` a ``RuntimeError`` with the env's traceback; ``"restart"``: the copy is rebuilt from
@@ -1004,6 +1007,10 @@ def make_vec_env(
         which IPPO counts (``rollout/env_restarts``, ``rollout/episodes_lost``).
     :param max_restarts: With ``"restart"``: the restarts allowed in all (every rebuilt copy counts one); the next
         failure raises.
+    :param n_workers: ``"subproc"``: worker processes (default ``min(n_envs, cpu_count)``); ``"ray"``: actors (default
+        ``min(n_envs, CPUs of the Ray cluster)``). Each holds a contiguous slice of the copies.
+    :param ray_address: ``"ray"``: the cluster to join if Ray is not initialized yet (None: start a local one;
+        ``"auto"``: the one ``ray start --head`` started on this machine).
     """
     if not callable(env_fn):
         made = is_parallel_env(env_fn) or isinstance(env_fn, AECEnv)
@@ -1026,9 +1033,15 @@ def make_vec_env(
     if vec_env_cls == "dummy":
         vec_env = DummyMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
     elif vec_env_cls == "subproc":
-        vec_env = SubprocMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
+        vec_env = SubprocMultiAgentVecEnv(env_fns, n_workers=n_workers, on_env_error=on_env_error, max_restarts=max_restarts)
+    elif vec_env_cls == "ray":
+        from sb3_ippo.ray_vec_env import RayMultiAgentVecEnv  # imports Ray, only when asked for
+
+        vec_env = RayMultiAgentVecEnv(
+            env_fns, n_workers=n_workers, ray_address=ray_address, on_env_error=on_env_error, max_restarts=max_restarts
+        )
     else:
-        raise ValueError(f"vec_env_cls must be 'dummy' or 'subproc', got {vec_env_cls!r}")
+        raise ValueError(f"vec_env_cls must be 'dummy', 'subproc' or 'ray', got {vec_env_cls!r}")
     if seed is not None:
         vec_env.seed(seed)
     return vec_env

@@ -1,144 +1,287 @@
-"""``async_training``: each update runs in a background thread on copies of the policies while collection goes on
-with the previous version (the reference's background training, docs/algorithm.md). On :class:`DyingAgentsEnv` (see
-``test_run.py``) one copy gives one 2-, 4- and 6-step trajectory per episode of 6 env steps, so with
-``n_episodes=2`` an update is due every 12 env steps and no trajectory is left over.
+"""``async_training``: each update runs in a learner process while collection goes on with the previous version (the
+reference's background training, docs/algorithm.md). On :class:`DyingAgentsEnv` (see ``test_run.py``) one copy gives
+one 2-, 4- and 6-step trajectory per episode of 6 env steps, so with ``n_episodes=2`` an update is due every 12 env
+steps (one copy: two episodes; two copies: one episode each) and no trajectory is left over.
+
+Starting a learner costs a second or two (a fresh interpreter imports torch), so one async run
+(:func:`async_run`) serves several tests.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import pathlib
-import threading
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-import sb3_ippo.ippo.ippo as ippo_module
 from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo.learner import UpdateJob
 from tests.envs import DyingAgentsEnv
-from tests.test_run import EPISODE_LENGTH, assert_same_parameters, make_model, parameters, record_logs, spy_on_batches
+from tests.learner_faults import FailsInLearnerPolicy
+from tests.test_run import EPISODE_LENGTH, RecordingOutput, assert_same_parameters, make_model, parameters, record_logs
 
 STEPS_PER_UPDATE = 2 * EPISODE_LENGTH
+N_UPDATES = 5
+# With a learner that hangs or dies, learn must end well within this (the test fails rather than hangs).
+DEADLINE_SECONDS = 60
 
 
-def test_every_batch_after_the_first_was_collected_by_the_previous_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = make_model(async_training=True)
-    drained_versions = spy_on_batches(monkeypatch, model)
-    model.learn(5 * STEPS_PER_UPDATE)
-    assert model.policy_version == 5
-    assert model.stale_episodes_dropped == 0
-    assert drained_versions[:3] == [(0, [0, 0])] * 3  # 3 agents
-    for version, trajectory_versions in drained_versions[3:]:
-        assert trajectory_versions == [version - 1, version - 1]
+@pytest.fixture
+def deadline() -> Iterator[None]:
+    def too_slow(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"learn did not end within {DEADLINE_SECONDS} s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(DEADLINE_SECONDS)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
-class OverlapWatcher(BaseCallback):
-    """Records, at every env step, the policy version and agent_0's weights; tells the (held) update when it has
-    seen a step of collection while that update was in flight."""
+def assert_no_learner_left(model: IPPO, pid: int | None) -> None:
+    assert model._learner is None
+    assert multiprocessing.active_children() == []
+    if pid is not None:
+        assert not pathlib.Path(f"/proc/{pid}").exists(), f"learner process {pid} outlived learn"
 
-    def __init__(self) -> None:
+
+def async_model(**kwargs: Any) -> IPPO:
+    params: dict[str, Any] = dict(async_training=True, shuffle_minibatches=True, normalize_obs=True)
+    params.update(kwargs)
+    return make_model(make_vec_env(DyingAgentsEnv, n_envs=2), **params)
+
+
+class Watcher(BaseCallback):
+    """Records, at every env step, the policy version and the weights; saves the model once while an update is in
+    flight; remembers the learner's pid."""
+
+    def __init__(self, save_path: pathlib.Path) -> None:
         super().__init__()
-        self.collected_during_update = threading.Event()
-        self.steps: list[tuple[int, dict[str, th.Tensor]]] = []
+        self.save_path = save_path
+        self.steps: list[tuple[int, dict[str, dict[str, th.Tensor]]]] = []
+        self.saved: tuple[int, dict[str, dict[str, th.Tensor]]] | None = None
+        self.learner_pids: set[int] = set()
 
     def _on_step(self) -> bool:
-        self.steps.append((self.model.policy_version, parameters(self.model)["agent_0"]))
-        if self.model._update_in_flight is not None:
-            self.collected_during_update.set()
+        self.steps.append((self.model.policy_version, parameters(self.model)))
+        if self.model._learner is not None:
+            self.learner_pids.add(self.model._learner.process.pid)
+        if self.model._update_in_flight is not None and self.saved is None:
+            self.model.save(self.save_path)
+            self.saved = self.steps[-1]
         return True
 
 
-def test_collection_goes_on_with_unchanged_policies_while_the_update_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    watcher = OverlapWatcher()
-    update_waited: list[bool] = []
+@dataclass
+class AsyncRun:
+    model: IPPO
+    watcher: Watcher
+    output: RecordingOutput
+    jobs: list[tuple[int, dict[str, list[int]]]] = field(default_factory=list)
 
-    def held(update: Any) -> Any:
-        def held_update(*args: Any, **kwargs: Any) -> Any:
-            # The first update waits until collection has stepped while it was in flight.
-            if not update_waited:
-                update_waited.append(watcher.collected_during_update.wait(timeout=30))
-            return update(*args, **kwargs)
 
-        return held_update
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncRun:
+    """One seeded async run of N_UPDATES updates on two copies, watched at every step."""
+    model = async_model()
+    run = AsyncRun(model, Watcher(tmp_path_factory.mktemp("async") / "model.zip"), record_logs(model))
+    prepare = IPPO._prepare_update
 
-    monkeypatch.setattr(ippo_module, "ppo_update", held(ippo_module.ppo_update))
-    monkeypatch.setattr(ippo_module, "stacked_ppo_update", held(ippo_module.stacked_ppo_update))
-    model = make_model(async_training=True)
-    model.learn(3 * STEPS_PER_UPDATE, callback=watcher)
-    assert update_waited == [True]
-    assert model.policy_version == 3
-    # The acting weights change only when a version is applied, never in the middle of a version's collection.
-    by_version: dict[int, dict[str, th.Tensor]] = {}
-    for version, weights in watcher.steps:
+    def spy(self: IPPO) -> UpdateJob:
+        job = prepare(self)
+        versions = {agent: [t.policy_version for t in trajectories] for agent, trajectories in job.trajectories.items()}
+        run.jobs.append((self.policy_version, versions))
+        return job
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(IPPO, "_prepare_update", spy)
+        model.learn(N_UPDATES * STEPS_PER_UPDATE, callback=run.watcher)
+    return run
+
+
+def test_every_batch_after_the_first_was_collected_by_the_previous_version(async_run: AsyncRun) -> None:
+    assert async_run.model.policy_version == N_UPDATES
+    assert async_run.model.stale_episodes_dropped == 0
+    assert len(async_run.jobs) == N_UPDATES
+    assert async_run.jobs[0] == (0, {agent: [0, 0] for agent in ("agent_0", "agent_1", "agent_2")})
+    for version, trajectory_versions in async_run.jobs[1:]:
+        # Drained when `version` is current, the batch was collected while `version - 1` acted.
+        assert all(versions == [version - 1, version - 1] for versions in trajectory_versions.values()), version
+
+
+def test_collection_goes_on_with_unchanged_policies_while_the_update_runs(async_run: AsyncRun) -> None:
+    by_version: dict[int, dict[str, dict[str, th.Tensor]]] = {}
+    for version, weights in async_run.watcher.steps:
         first = by_version.setdefault(version, weights)
-        assert all(th.equal(first[name], weights[name]) for name in weights), version
-    assert sorted(by_version) == [0, 1]  # update 3 is applied when learn ends
-    assert any(not th.equal(by_version[0][name], by_version[1][name]) for name in by_version[0])
+        assert_same_parameters(first, weights)  # weights change only when a version is applied
+    # The last update is submitted at the last step and applied when learn ends: the one before is never acted with.
+    assert sorted(by_version) == list(range(N_UPDATES - 1))
+    assert any(not th.equal(by_version[0]["agent_0"][name], p) for name, p in by_version[1]["agent_0"].items())
 
 
-def test_the_first_update_equals_the_synchronous_one() -> None:
+def test_one_learner_process_serves_every_update_and_is_gone_after_learn(async_run: AsyncRun) -> None:
+    assert len(async_run.watcher.learner_pids) == 1
+    assert async_run.model._stacked  # the agents form one stacked group: the batched update runs in the learner
+    assert_no_learner_left(async_run.model, async_run.watcher.learner_pids.pop())
+
+
+def test_the_logger_gets_every_update_once(async_run: AsyncRun) -> None:
+    versions = [dump["train/policy_version"] for dump in async_run.output.dumps if "train/policy_version" in dump]
+    assert versions == list(range(1, N_UPDATES + 1))
+    assert "train/policy_loss" in async_run.output.dumps[-1]
+
+
+def test_the_first_update_equals_the_synchronous_one(async_run: AsyncRun) -> None:
     # Until the first update is applied, both modes see the same data and start from the same weights.
-    def first_update(async_training: bool) -> dict[str, dict[str, th.Tensor]]:
-        model = make_model(async_training=async_training, shuffle_minibatches=True)  # seeds torch's global RNG
-        model.learn(STEPS_PER_UPDATE)
-        assert model.policy_version == 1
-        return parameters(model)
-
-    assert_same_parameters(first_update(False), first_update(True))
+    sync = async_model(async_training=False)
+    sync.learn(STEPS_PER_UPDATE)
+    assert sync.policy_version == 1
+    first_async = next(weights for version, weights in async_run.watcher.steps if version == 1)
+    assert_same_parameters(parameters(sync), first_async)
 
 
-def test_runs_are_reproducible_with_a_seed() -> None:
-    def trained() -> dict[str, dict[str, th.Tensor]]:
-        model = make_model(make_vec_env(DyingAgentsEnv, n_envs=2), async_training=True, shuffle_minibatches=True,
-                           normalize_obs=True)
-        model.learn(4 * STEPS_PER_UPDATE)
-        return parameters(model)
-
-    assert_same_parameters(trained(), trained())
-
-
-def test_the_logger_gets_every_update_once() -> None:
-    model = make_model(async_training=True)
-    output = record_logs(model)
-    model.learn(5 * STEPS_PER_UPDATE)
-    versions = [dump["train/policy_version"] for dump in output.dumps if "train/policy_version" in dump]
-    assert versions == [1, 2, 3, 4, 5]
-    assert "train/policy_loss" in output.dumps[-1]
+def test_runs_are_reproducible_with_a_seed(async_run: AsyncRun) -> None:
+    again = async_model()
+    again.learn(N_UPDATES * STEPS_PER_UPDATE)
+    assert_same_parameters(parameters(async_run.model), parameters(again))
+    for agent, normalizer in again.return_normalizers.items():  # type: ignore[union-attr]
+        theirs = async_run.model.return_normalizers[agent]  # type: ignore[index]
+        assert (normalizer.return_rms.mean, normalizer.return_rms.count) == (theirs.return_rms.mean, theirs.return_rms.count)
+        assert normalizer.return_rms.count > 1  # the learner's statistics came back
 
 
-def test_save_while_an_update_runs_keeps_the_applied_version(tmp_path: pathlib.Path) -> None:
-    saved: list[tuple[int, dict[str, dict[str, th.Tensor]]]] = []
-
-    class SaveDuringUpdate(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.model._update_in_flight is not None and not saved:
-                self.model.save(tmp_path / "model.zip")
-                saved.append((self.model.policy_version, parameters(self.model)))
-            return True
-
-    model = make_model(async_training=True)
-    model.learn(3 * STEPS_PER_UPDATE, callback=SaveDuringUpdate())
-    loaded = IPPO.load(tmp_path / "model.zip", env=DyingAgentsEnv())
-    version, weights = saved[0]
+def test_save_while_an_update_runs_keeps_the_applied_version(async_run: AsyncRun) -> None:
+    assert async_run.watcher.saved is not None
+    version, weights = async_run.watcher.saved
+    loaded = IPPO.load(async_run.watcher.save_path, env=make_vec_env(DyingAgentsEnv, n_envs=2))
     assert loaded.policy_version == version == 0
     assert loaded.async_training
     assert_same_parameters(parameters(loaded), weights)
     loaded.learn(2 * STEPS_PER_UPDATE, reset_num_timesteps=False)
     assert loaded.policy_version == 2
+    assert_no_learner_left(loaded, None)
 
 
-def test_an_error_in_the_background_update_reaches_learn(monkeypatch: pytest.MonkeyPatch) -> None:
-    def failing_update(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("update failed")
+def test_shared_parameters_with_subprocess_copies_train_in_the_learner() -> None:
+    groups: dict[str, Any] = dict(groups={"pair": ["agent_0", "agent_1"]}, share_parameters={"pair": True})
+    sync = make_model(make_vec_env(DyingAgentsEnv, n_envs=2), **groups)
+    sync.learn(STEPS_PER_UPDATE)
+    first: list[dict[str, dict[str, th.Tensor]]] = []
 
-    monkeypatch.setattr(ippo_module, "ppo_update", failing_update)
-    monkeypatch.setattr(ippo_module, "stacked_ppo_update", failing_update)
-    model = make_model(async_training=True)
-    with pytest.raises(RuntimeError, match="update failed"):
-        model.learn(3 * STEPS_PER_UPDATE)
+    class FirstVersion(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.model.policy_version == 1 and not first:
+                first.append(parameters(self.model))
+            return True
+
+    # Built (and seeded) after the synchronous run, so that both act on the same random draws.
+    model = make_model(make_vec_env(DyingAgentsEnv, n_envs=2, vec_env_cls="subproc"), async_training=True, **groups)
+    model.learn(3 * STEPS_PER_UPDATE, callback=FirstVersion())
+    model.env.close()  # type: ignore[union-attr]
+    assert model.policy_version == 3
+    assert model.policies["agent_0"] is model.policies["agent_1"] is not model.policies["agent_2"]
+    assert model.return_normalizers["agent_0"] is model.return_normalizers["agent_1"]  # type: ignore[index]
+    assert_same_parameters(first[0], parameters(sync))
+    assert multiprocessing.active_children() == []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Failures and interruptions: a clear error, no hang, no process left, the last applied version kept
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_an_error_in_the_learner_reaches_learn_and_the_model_stays_usable(deadline: None, tmp_path: pathlib.Path) -> None:
+    model = IPPO(FailsInLearnerPolicy, DyingAgentsEnv(), n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]),
+                 seed=0, async_training=True, batched=False)
+    before = parameters(model)
+    pids: list[int] = []
+
+    class LearnerPid(BaseCallback):
+        def _on_step(self) -> bool:
+            pids.append(self.model._learner.process.pid)
+            return True
+
+    with pytest.raises(RuntimeError, match=r"learner process failed in update 1(.|\n)*update failed in the learner"):
+        model.learn(3 * STEPS_PER_UPDATE, callback=LearnerPid())
     assert model.policy_version == 0
     assert model._update_in_flight is None
+    assert_same_parameters(parameters(model), before)
+    assert_no_learner_left(model, pids[-1])
+    model.save(tmp_path / "after_error.zip")
+    actions, _ = IPPO.load(tmp_path / "after_error.zip").predict({"agent_0": np.zeros(2, dtype=np.float32)})
+    assert actions["agent_0"].shape == ()
+
+
+def test_a_killed_learner_is_a_clear_error_without_a_hang(deadline: None, tmp_path: pathlib.Path) -> None:
+    applied: list[dict[str, dict[str, th.Tensor]]] = []
+    pids: list[int] = []
+
+    class KillLearner(BaseCallback):
+        """Once version 1 is applied and the second update is in flight, kills the learner."""
+
+        def _on_step(self) -> bool:
+            if self.model.policy_version == 1 and self.model._update_in_flight is not None and not pids:
+                applied.append(parameters(self.model))
+                pids.append(self.model._learner.process.pid)
+                os.kill(pids[0], signal.SIGKILL)
+            return True
+
+    model = async_model()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"learner process \(pid \d+\) died \(exit code -9\) during update 2"):
+        model.learn(4 * STEPS_PER_UPDATE, callback=KillLearner())
+    assert time.monotonic() - start < 30
+    assert model.policy_version == 1
+    assert_same_parameters(parameters(model), applied[0])
+    assert_no_learner_left(model, pids[0])
+    model.save(tmp_path / "after_kill.zip")
+    assert IPPO.load(tmp_path / "after_kill.zip").policy_version == 1
+
+
+class StopDuringUpdate(BaseCallback):
+    """Stops learn (``how``) at the first step while an update is in flight."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+        self.pid: int | None = None
+
+    def _on_step(self) -> bool:
+        if self.model._update_in_flight is None:
+            return True
+        self.pid = self.model._learner.process.pid
+        if self.how == "KeyboardInterrupt":
+            raise KeyboardInterrupt
+        if self.how == "exception":
+            raise ValueError("a callback failed")
+        return False
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["KeyboardInterrupt", "callback returns False", pytest.param("exception", marks=pytest.mark.slow)],
+)
+def test_stopping_learn_stops_the_learner(how: str, deadline: None) -> None:
+    model = async_model()
+    callback = StopDuringUpdate(how)
+    if how == "callback returns False":
+        model.learn(4 * STEPS_PER_UPDATE, callback=callback)
+        assert model.policy_version == 1  # an ordinary stop applies the update in flight
+    else:
+        with pytest.raises((KeyboardInterrupt, ValueError)):
+            model.learn(4 * STEPS_PER_UPDATE, callback=callback)
+        assert model.policy_version == 0  # an interruption discards it: the last applied version stays
+    assert callback.pid is not None
+    assert_no_learner_left(model, callback.pid)
 
 
 def test_max_version_lag_0_is_a_clear_error() -> None:

@@ -20,10 +20,18 @@ def load_benchmark(name: str) -> ModuleType:
 
 
 def test_env_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    medians = load_benchmark("env_throughput").main(["--rounds", "2", "--steps", "5", "--n-envs", "2"])
+    medians = load_benchmark("env_throughput").main(["--rounds", "2", "--steps", "5", "--n-envs", "2", "--padded-ms", "0"])
     assert set(medians) == {"plain", "dummy", "subproc"} and all(rate > 0 for rate in medians.values())
     table = capsys.readouterr().out
     assert all(f"\n{name} " in table for name in medians) and "vs plain" in table
+
+
+@pytest.mark.slow
+def test_env_throughput_padded_ray_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--rounds", "1", "--steps", "5", "--n-envs", "2", "--padded-ms", "0.5", "--padded-steps", "5"]
+    medians = load_benchmark("env_throughput").main(args)
+    assert all(medians[f"padded_{name}"] > 0 for name in ("dummy", "subproc", "ray"))
+    assert "Ray overhead per vectorized step" in capsys.readouterr().out
 
 
 # The comparisons with SB3 PPO + SuperSuit parameter sharing (docs/benchmarks.md), each at a tiny size.
@@ -71,7 +79,10 @@ def test_profile_smoke(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_async_training_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    medians = load_benchmark("async_training").main(["--rounds", "1", "--timesteps", "400", "--n-envs", "2"])
+    args = ["--rounds", "1", "--timesteps", "800", "--n-envs", "2", "--vec-env", "dummy"]
+    results = load_benchmark("async_training").main(args)
+    medians = results["dummy"]
     assert medians["sync"] > 0 and medians["async"] > 0
     assert medians["ratio"] == pytest.approx(medians["async"] / medians["sync"])
+    assert medians["ratio_steady"] == pytest.approx(medians["async_steady"] / medians["sync_steady"])
     assert "ratio async/sync" in capsys.readouterr().out

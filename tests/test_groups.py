@@ -14,7 +14,7 @@ from mpe2 import simple_adversary_v3
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.policies import ActorCriticPolicy, ActorCriticCnnPolicy, MultiInputActorCriticPolicy
 
-import sb3_ippo.ippo.ippo as ippo_module
+import sb3_ippo.learner as learner_module
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.normalization import ReturnNormalizer
@@ -284,13 +284,13 @@ def test_shared_parameters_train_one_network_on_all_members_data(monkeypatch: py
     assert policies["agent_0"] is policies["agent_1"] is policies["agent_2"]
     assert model.obs_normalizers["agent_0"] is model.obs_normalizers["agent_2"]  # type: ignore[index]
     batches: list[int] = []
-    build = ippo_module.build_batch
+    build = learner_module.build_batch
 
     def spy(policy: ActorCriticPolicy, trajectories: list[Trajectory], *args: Any, **kwargs: Any) -> Any:
         batches.append(len(trajectories))
         return build(policy, trajectories, *args, **kwargs)
 
-    monkeypatch.setattr(ippo_module, "build_batch", spy)
+    monkeypatch.setattr(learner_module, "build_batch", spy)
     before = {name: p.detach().clone() for name, p in policies["agent_0"].named_parameters()}
     model.learn(2 * EPISODE_LENGTH)
 

@@ -471,7 +471,7 @@ def test_what_is_not_a_pettingzoo_env_is_refused(env_fn: Any) -> None:
 
 
 def test_unknown_vec_env_class_is_refused() -> None:
-    with pytest.raises(ValueError, match="'dummy' or 'subproc'"):
+    with pytest.raises(ValueError, match="'dummy', 'subproc' or 'ray'"):
         make_vec_env(DyingAgentsEnv, vec_env_cls="threads")
 
 

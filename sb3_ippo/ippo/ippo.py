@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import io
 import numbers
@@ -12,8 +11,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
@@ -31,23 +28,25 @@ from stable_baselines3.common.utils import set_random_seed as set_global_random_
 from torch import nn
 
 from sb3_ippo import serialization
-from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
 from sb3_ippo.export import fold_observation_normalization
 from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_ippo.learner import (
+    GROUP_UPDATE_SETTINGS,
+    GroupUpdate,
+    LearnerProcess,
+    Trainer,
+    UpdateJob,
+    UpdateOptions,
+    UpdateResult,
+)
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
-from sb3_ippo.ppo_update import KLStop, UpdateStats, build_batch, ppo_update
-from sb3_ippo.stacked import (
-    StackedPolicies,
-    concat_tensor_obs,
-    stack_tensor_obs,
-    stacked_build_batch,
-    stacked_ppo_update,
-    why_not_stackable,
-)
+from sb3_ippo.ppo_update import KLStop, UpdateStats
+from sb3_ippo.stacked import StackedPolicies, concat_tensor_obs, stack_tensor_obs, why_not_stackable
 from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
@@ -61,21 +60,6 @@ def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
     if isinstance(obs, dict):
         return {key: value[rows] for key, value in obs.items()}
     return obs[rows]
-
-
-@dataclass
-class UpdateJob:
-    """One update's work: each agent's drained trajectories and the objects the update changes. In the calling thread
-    these are the model's own; for a background update (``async_training``) they are copies, so that collection goes
-    on with the model's policies (and observation statistics) meanwhile."""
-
-    trajectories: dict[AgentID, list[Trajectory]]
-    policies: dict[AgentID, ActorCriticPolicy]
-    obs_normalizers: dict[AgentID, ObservationNormalizer] | None
-    return_normalizers: dict[AgentID, ReturnNormalizer] | None
-    progress_remaining: float
-    clip_ranges: dict[str, tuple[float, float | None]]
-    generators: dict[AgentID, th.Generator] | None
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -114,7 +98,7 @@ class IPPO(BaseAlgorithm):
     gradient clipping); it differs in what a batch is (whole trajectories, not fixed-length rollouts), in when
     values and log-probs are computed (at update time, by default) and in the early stop (checked before every
     gradient step, stopping all remaining passes of that agent). With ``async_training``, each update runs in a
-    background thread while collection goes on with the previous policies (see the parameter).
+    learner process while collection goes on with the previous policies (see the parameter).
 
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass.
@@ -185,12 +169,13 @@ class IPPO(BaseAlgorithm):
         cannot be stacked (batch normalization, dropout, gSDE, another optimizer) fall back to the reference path
         with a warning.
     :param async_training: Overlap each update with collection (the reference's background training thread).
-        When an update is due, the drained trajectories are trained on copies of the policies in a background
-        thread, while collection fills the next batch with the current policies; the trained weights are applied,
-        and ``policy_version`` advances, when the next update is due. Every batch after the first was thus
-        collected by the previous version (lag 1, so ``max_version_lag`` must be at least 1). Runs stay
-        reproducible with a seed. Python's global interpreter lock limits the overlap: about 1.03-1.08x the
-        synchronous speed on simple_spread with MLPs (``docs/algorithm.md``).
+        ``learn`` starts one learner process (spawn) holding copies of the policies; when an update is due, the
+        drained trajectories are sent to it and trained there, while collection fills the next batch with the
+        current policies; the trained weights are applied, and ``policy_version`` advances, when the next update is
+        due. Every batch after the first was thus collected by the previous version (lag 1, so ``max_version_lag``
+        must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
+        a ``RuntimeError``; the model keeps its last applied weights. Scripts need ``if __name__ == "__main__":``
+        and picklable policies (``docs/algorithm.md``).
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``.
@@ -311,7 +296,8 @@ class IPPO(BaseAlgorithm):
         self._agents_seen: set[AgentID] = set()
         self._last_alive: dict[AgentID, np.ndarray] | None = None
         self.update_stats: dict[AgentID, UpdateStats] = {}
-        self._update_in_flight: tuple[UpdateJob, Future[dict[AgentID, UpdateStats]]] | None = None
+        self._update_in_flight: UpdateJob | None = None
+        self._learner: LearnerProcess | None = None
 
         if _init_setup_model:
             self._check_hyperparameters()
@@ -543,6 +529,7 @@ class IPPO(BaseAlgorithm):
             "clip_range_schedule",
             "clip_range_vf_schedule",
             "_update_in_flight",
+            "_learner",
             "_agent_groups",
             "_group_of",
             "_group_log_names",
@@ -664,8 +651,10 @@ class IPPO(BaseAlgorithm):
             self._last_alive = self.env.alive
         iteration = 0
         callback.on_training_start(locals(), globals())
-        executor = ThreadPoolExecutor(1, thread_name_prefix="ippo-update") if self.async_training else None
+        finished_last, interrupted = False, True
         try:
+            if self.async_training:
+                self._learner = LearnerProcess(self._make_trainer())
             while self.num_timesteps < total_timesteps:
                 if not self.collect_rollouts(self.env, callback, total_timesteps):
                     break
@@ -674,21 +663,24 @@ class IPPO(BaseAlgorithm):
                 if self._finish_update_in_flight() and not self._update_due():
                     continue  # The new version made waiting trajectories stale: collect more.
                 self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                if executor is None:
+                if self._learner is None:
                     self.train()
                 else:
-                    job = self._prepare_update(background=True)
-                    self._update_in_flight = (job, executor.submit(self._run_update, job))
+                    job = self._prepare_update()
+                    self._learner.submit(job)
+                    self._update_in_flight = job
                 iteration += 1
                 if log_interval is not None and iteration % log_interval == 0:
                     self.dump_logs(iteration)
+            finished_last = self._finish_update_in_flight()
+            interrupted = False
         except BaseException:
+            # An update still in flight is discarded: the model keeps the last applied version.
+            self._update_in_flight = None
             self._after_interruption()
             raise
         finally:
-            finished_last = self._finish_update_in_flight()
-            if executor is not None:
-                executor.shutdown()
+            self._stop_learner(wait=not interrupted)
         if finished_last and log_interval is not None:
             self.dump_logs(iteration)
         if self._n_updates == updates_at_start and self.num_timesteps >= total_timesteps:
@@ -887,21 +879,45 @@ class IPPO(BaseAlgorithm):
 
     def train(self) -> None:
         """Drain each agent's oldest trajectories and update its policy on them; then ``policy_version`` advances.
-        (Runs in the calling thread; ``learn`` with ``async_training`` runs the same steps with the middle one in
-        the background.)"""
-        job = self._prepare_update(background=False)
-        self._apply_update(job, self._run_update(job))
+        (Runs in the calling thread; ``learn`` with ``async_training`` runs the same update in a learner process.)"""
+        job = self._prepare_update()
+        self._apply_update(job, self._make_trainer().update(job))
 
-    def _prepare_update(self, background: bool) -> UpdateJob:
-        """Drain the batches (dropping stale trajectories) and set each group's learning rate and clip ranges; for an
-        update that will run in the ``background``, copy what it will change."""
+    def _make_trainer(self) -> Trainer:
+        """The update step over the model's own policies, return normalizers and group settings (``sb3_ippo.learner``)."""
+        return Trainer(
+            policies=dict(self.policies),
+            return_normalizers=self.return_normalizers,
+            groups=[
+                GroupUpdate(
+                    name=name,
+                    agents=list(group.agents),
+                    share_parameters=group.share_parameters,
+                    stacked=name in self._stacked,
+                    settings={key: self._group_setting(name, key) for key in GROUP_UPDATE_SETTINGS},
+                )
+                for name, group in self._agent_groups.items()
+            ],
+            observation_spaces=dict(self.observation_spaces),
+            options=UpdateOptions(
+                recompute_values=self.recompute_values,
+                recompute_log_prob=self.recompute_log_prob,
+                normalize_advantage=self.normalize_advantage,
+                kl_stop=self.kl_stop,
+                shuffle_minibatches=self.shuffle_minibatches,
+            ),
+            stacked=dict(self._stacked),
+        )
+
+    def _prepare_update(self) -> UpdateJob:
+        """Drain the batches (dropping stale trajectories) and set each group's learning rate and clip ranges."""
         progress = self._current_progress_remaining
-        clip_ranges = {}
+        learning_rates, clip_ranges = {}, {}
         for name, group in self._agent_groups.items():
             schedules = self._group_schedules[name]
-            learning_rate = schedules.get("learning_rate", self.lr_schedule)(progress)
+            learning_rates[name] = schedules.get("learning_rate", self.lr_schedule)(progress)
             for agent in group.agents:
-                update_learning_rate(self.policies[agent].optimizer, learning_rate)
+                update_learning_rate(self.policies[agent].optimizer, learning_rates[name])
             clip_range_vf = schedules.get("clip_range_vf", self.clip_range_vf_schedule)
             clip_ranges[name] = (
                 schedules.get("clip_range", self.clip_range_schedule)(progress),
@@ -913,125 +929,52 @@ class IPPO(BaseAlgorithm):
             if drained:
                 trajectories[agent] = drained
         self._count_dropped_episodes()
-        policies = {agent: self.policies[agent] for agent in trajectories}
-        obs_normalizers, return_normalizers = self.obs_normalizers, self.return_normalizers
-        if background:
-            # One deepcopy, so that each copied optimizer holds its copied policy's parameters (and shared policies
-            # and normalizers stay shared).
-            policies, obs_normalizers, return_normalizers = copy.deepcopy((policies, obs_normalizers, return_normalizers))
-        generators = None
+        generator_seeds = None
         if self.shuffle_minibatches:
             # One per agent, so the batched and the one-agent-at-a-time paths draw the same permutations; drawn here,
-            # in the collecting thread, so that a background update leaves torch's global RNG alone.
-            generators = {
-                agent: th.Generator().manual_seed(int(th.randint(2**62, (1,)).item())) for agent in self.possible_agents
-            }
+            # in the collecting process, so that the update leaves torch's global RNG alone wherever it runs.
+            generator_seeds = {agent: int(th.randint(2**62, (1,)).item()) for agent in self.possible_agents}
         return UpdateJob(
             trajectories=trajectories,
-            policies=policies,
-            obs_normalizers=obs_normalizers,
-            return_normalizers=return_normalizers,
+            obs_normalizers=self.obs_normalizers,
             progress_remaining=progress,
+            learning_rates=learning_rates,
             clip_ranges=clip_ranges,
-            generators=generators,
+            generator_seeds=generator_seeds,
         )
 
-    def _run_update(self, job: UpdateJob) -> dict[AgentID, UpdateStats]:
-        """Each group's batches (fresh values and log-probs, GAE) and PPO update: stacked members together, a shared
-        policy on all its agents' trajectories, other agents one at a time. It touches only the job's objects, so it
-        may run in a background thread."""
-        stats: dict[AgentID, UpdateStats] = {}
-        for group in self._agent_groups.values():
-            agents = [agent for agent in group.agents if agent in job.trajectories]
-            if not agents:
-                continue
-            if group.share_parameters:
-                # One policy: all its agents' trajectories, normalized by the group's shared normalizer, are one batch.
-                shared = self._update_agent(job, agents[0], [t for agent in agents for t in job.trajectories[agent]])
-                stats.update(dict.fromkeys(agents, shared))
-            elif len(agents) > 1 and group.name in self._stacked:
-                stats.update(zip(agents, self._update_stacked(job, group.name, agents), strict=True))
-            else:
-                stats.update({agent: self._update_agent(job, agent, job.trajectories[agent]) for agent in agents})
-        return stats
-
-    def _update_kwargs(self, job: UpdateJob, group_name: str) -> dict[str, Any]:
-        """The PPO update's settings for one group."""
-        clip_range, clip_range_vf = job.clip_ranges[group_name]
-        setting = functools.partial(self._group_setting, group_name)
-        return dict(
-            n_epochs=setting("n_epochs"),
-            batch_size=setting("batch_size"),
-            clip_range=clip_range,
-            clip_range_vf=clip_range_vf,
-            normalize_advantage=self.normalize_advantage,
-            ent_coef=setting("ent_coef"),
-            vf_coef=setting("vf_coef"),
-            max_grad_norm=setting("max_grad_norm"),
-            target_kl=setting("target_kl"),
-            kl_stop=self.kl_stop,
-            shuffle_minibatches=self.shuffle_minibatches,
-        )
-
-    def _update_agent(self, job: UpdateJob, agent: AgentID, trajectories: list[Trajectory]) -> UpdateStats:
-        """The reference path: one agent's (or one shared policy's) batch and update."""
-        group_name = self._group_of[agent]
-        batch = build_batch(
-            job.policies[agent],
-            trajectories,
-            gamma=self._group_setting(group_name, "gamma"),
-            gae_lambda=self._group_setting(group_name, "gae_lambda"),
-            recompute_values=self.recompute_values,
-            recompute_log_prob=self.recompute_log_prob,
-            preprocess_obs=functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers),
-            return_normalizer=None if job.return_normalizers is None else job.return_normalizers[agent],
-        )
-        generator = None if job.generators is None else job.generators[agent]
-        return ppo_update(job.policies[agent], batch, generator=generator, **self._update_kwargs(job, group_name))
-
-    def _update_stacked(self, job: UpdateJob, group_name: str, agents: list[AgentID]) -> list[UpdateStats]:
-        """The batched path: the members' batches and updates as one (the same results as :meth:`_update_agent`)."""
-        policies = [job.policies[agent] for agent in agents]
-        stacked = self._stacked[group_name]
-        if stacked.policies != policies:
-            stacked = StackedPolicies(policies)  # copies (background update), or the members that have data
-        batch = stacked_build_batch(
-            stacked,
-            [job.trajectories[agent] for agent in agents],
-            gamma=self._group_setting(group_name, "gamma"),
-            gae_lambda=self._group_setting(group_name, "gae_lambda"),
-            recompute_values=self.recompute_values,
-            recompute_log_prob=self.recompute_log_prob,
-            preprocess_obs=[
-                functools.partial(self._policy_input, agent, obs_normalizers=job.obs_normalizers) for agent in agents
-            ],
-            return_normalizers=None if job.return_normalizers is None else [job.return_normalizers[a] for a in agents],
-        )
-        generators = None if job.generators is None else [job.generators[agent] for agent in agents]
-        return stacked_ppo_update(stacked, batch, generators=generators, **self._update_kwargs(job, group_name))
-
-    def _apply_update(self, job: UpdateJob, stats: dict[AgentID, UpdateStats]) -> None:
-        """Install the job's results (weights and optimizer states, when it trained copies), advance
-        ``policy_version`` and record the update's statistics."""
-        for agent, trained in job.policies.items():
-            policy = self.policies[agent]
-            if trained is not policy:
-                policy.load_state_dict(trained.state_dict())
-                policy.optimizer.load_state_dict(trained.optimizer.state_dict())
-        self.return_normalizers = job.return_normalizers
+    def _apply_update(self, job: UpdateJob, stats: dict[AgentID, UpdateStats], trained: UpdateResult | None = None) -> None:
+        """Install the learner's results (weights, optimizer states and return statistics), if the update ran there,
+        advance ``policy_version`` and record the update's statistics."""
+        if trained is not None:
+            for agent, state in trained.policy_states.items():
+                self.policies[agent].load_state_dict(state)
+                self.policies[agent].optimizer.load_state_dict(trained.optimizer_states[agent])
+            self.return_normalizers = trained.return_normalizers
         self.update_stats = stats
         self.policy_version += 1
         self._n_updates += 1
         self._record_update(job)
 
     def _finish_update_in_flight(self) -> bool:
-        """Wait for the background update, if one runs, and apply it. Returns whether there was one."""
+        """Wait for the learner's update, if one runs, and apply it. Returns whether there was one.
+
+        :raises RuntimeError: if the learner failed or died; the model keeps its last applied version.
+        """
         if self._update_in_flight is None:
             return False
-        job, future = self._update_in_flight
+        job = self._update_in_flight
         self._update_in_flight = None
-        self._apply_update(job, future.result())
+        assert self._learner is not None
+        trained = self._learner.result()
+        self._apply_update(job, trained.stats, trained)
         return True
+
+    def _stop_learner(self, wait: bool) -> None:
+        """Stop the learner process, if one runs: gracefully after a normal end (``wait``), at once otherwise."""
+        if self._learner is not None:
+            learner, self._learner = self._learner, None
+            learner.close(timeout=5.0 if wait else 0.0)
 
     def _record_update(self, job: UpdateJob) -> None:
         # A policy shared by several agents counts once.
