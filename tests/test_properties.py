@@ -71,6 +71,7 @@ class ReferenceBuffer:
     n_envs: int
     rollout_len: int | None
     max_buffered: int | None
+    version_stamp: str = "episode_end"
     open: dict[int, RefTrajectory] = field(default_factory=dict)
     finished: list[RefTrajectory] = field(default_factory=list)
     stale: int = 0
@@ -89,6 +90,8 @@ class ReferenceBuffer:
     def _finish(self, env_idx: int, terminated: bool, bootstrap: Any, version: int, lag: int) -> None:
         trajectory = self.open.pop(env_idx)
         trajectory.terminated, trajectory.bootstrap = terminated, bootstrap
+        if self.version_stamp == "episode_end":  # stamped at receipt; "first_step" keeps its first step's version
+            trajectory.version = version
         if self.max_buffered is not None and len(self.finished) >= self.max_buffered:
             self.drop_stale(version, lag)
             if len(self.finished) >= self.max_buffered:
@@ -155,13 +158,14 @@ drop_op = st.tuples(st.just("drop_open"), st.one_of(st.none(), st.integers(0, 2)
     rollout_len=st.one_of(st.none(), st.integers(1, 4)),
     max_buffered=st.one_of(st.none(), st.integers(1, 5)),
     lag=st.integers(0, 2),
+    version_stamp=st.sampled_from(["episode_end", "first_step"]),
     ops=st.lists(st.one_of(step_op, step_op, step_op, drain_op, drop_op), max_size=40),
 )
 def test_buffer_matches_the_reference_model(
-    n_envs: int, rollout_len: int | None, max_buffered: int | None, lag: int, ops: list[tuple]
+    n_envs: int, rollout_len: int | None, max_buffered: int | None, lag: int, version_stamp: str, ops: list[tuple]
 ) -> None:
-    buffer = AgentEpisodeBuffer(n_envs, rollout_len, max_buffered)
-    reference = ReferenceBuffer(n_envs, rollout_len, max_buffered)
+    buffer = AgentEpisodeBuffer(n_envs, rollout_len, max_buffered, version_stamp)  # type: ignore[arg-type]
+    reference = ReferenceBuffer(n_envs, rollout_len, max_buffered, version_stamp)
     version, next_id = 0, 1
     seen: list[int] = []
     drained: list[Trajectory] = []
