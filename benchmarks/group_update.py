@@ -26,7 +26,7 @@ import common
 from stable_baselines3.common.logger import configure
 
 from sb3_ippo import IPPO
-from sb3_ippo.ippo.ippo import UpdateJob
+from sb3_ippo.learner import UpdateJob
 
 ENV_NAME = "simple_spread_v3"
 
@@ -39,7 +39,7 @@ def collected_model(n_agents: int, n_envs: int, seed: int) -> tuple[IPPO, Update
     total, callback = model._setup_learn(10**9, None)
     model._last_alive = env.alive
     model.collect_rollouts(env, callback, total)
-    job = model._prepare_update(background=False)
+    job = model._prepare_update()
     model._policies, model.return_normalizers = untrained["policies"], untrained["return_normalizers"]
     model.env = None
     env.close()
@@ -53,10 +53,11 @@ def timed_update(model: IPPO, job: UpdateJob, batched: bool) -> tuple[float, lis
     fresh._setup_model()
     fresh.set_parameters({"_policies": model._policies.state_dict()}, exact_match=False)
     fresh.set_logger(configure(None, [""]))
-    fresh_job = fresh._prepare_update(background=False)
-    fresh_job.trajectories, fresh_job.policies = job.trajectories, dict(fresh.policies)
+    fresh_job = fresh._prepare_update()
+    fresh_job.trajectories = job.trajectories
+    trainer = fresh._make_trainer()
     start = time.perf_counter()
-    stats = fresh._run_update(fresh_job)
+    stats = trainer.update(fresh_job)
     seconds = time.perf_counter() - start
     return seconds, [stats[agent].n_epochs_run for agent in fresh.possible_agents]
 

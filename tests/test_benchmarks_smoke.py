@@ -86,3 +86,15 @@ def test_async_training_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert medians["ratio"] == pytest.approx(medians["async"] / medians["sync"])
     assert medians["ratio_steady"] == pytest.approx(medians["async_steady"] / medians["sync_steady"])
     assert "ratio async/sync" in capsys.readouterr().out
+
+
+def test_group_update_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    ratios = load_benchmark("group_update").main(["--agents", "2", "--rounds", "1", "--n-envs", "8"])
+    assert set(ratios) == {2} and ratios[2] > 0
+    assert "batched s" in capsys.readouterr().out
+
+
+def test_version_stamp_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    load_benchmark("version_stamp").main(["--stale-steps", "120", "--learn-steps", "0"])
+    table = capsys.readouterr().out
+    assert "episode_end" in table and "first_step" in table and "stale share" in table
