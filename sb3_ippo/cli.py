@@ -16,11 +16,19 @@ from typing import Any
 
 from sb3_ippo.evaluation import evaluate_policy
 from sb3_ippo.ippo import IPPO
+from sb3_ippo.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
 
 DEFAULT_ENV = "mpe2.simple_spread_v3"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"N": 3, "max_cycles": 25}
 RUN_FILE = "run.json"
+# Hyperparameters for envs where IPPO's defaults do not fit; options on the command line override them.
+# Two-player board games: self-play with one shared network (docs/games.md; benchmarks/games.py measured them).
+GAME_DEFAULTS: dict[str, Any] = {"share_parameters": True}
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pettingzoo.classic.tictactoe_v3": GAME_DEFAULTS,
+    "pettingzoo.classic.connect_four_v3": GAME_DEFAULTS,
+}
 # IPPO arguments that are not hyperparameters, or that have an option of their own.
 _NOT_HYPERPARAMETERS = {"policy", "env", "seed", "verbose", "device", "tensorboard_log", "_init_setup_model"}
 
@@ -180,6 +188,7 @@ def train(args: argparse.Namespace, hyperparameter_names: list[str]) -> pathlib.
     env_fn = load_env_fn(args.env)
     env = make_vec_env(env_fn, n_envs=args.n_envs, seed=args.seed, vec_env_cls=args.vec_env, env_kwargs=env_kwargs)
     hyperparameters = {name: getattr(args, name) for name in hyperparameter_names if getattr(args, name) is not None}
+    hyperparameters = {**ENV_DEFAULTS.get(args.env, {}), **hyperparameters}
     if not isinstance(hyperparameters.get("policy_kwargs", {}), dict):
         raise SystemExit(f"--policy-kwargs takes a dict, e.g. \"dict(net_arch=[64, 64])\", got {args.policy_kwargs!r}")
     model = IPPO(args.policy, env, seed=args.seed, verbose=1, **hyperparameters)
@@ -201,11 +210,22 @@ def train(args: argparse.Namespace, hyperparameter_names: list[str]) -> pathlib.
         print(f"Saved the learning curve to {out / 'learning_curve.png'}")
     if args.eval_episodes > 0:
         eval_env = make_vec_env(env_fn, n_envs=1, seed=args.seed + 10_000, env_kwargs=env_kwargs)
-        mean, std = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, warn=False)
-        print(f"Team return over {args.eval_episodes} evaluation episodes: {mean:.2f} +/- {std:.2f}")
+        if is_turn_based_vec_env(eval_env):  # a game: its team return says nothing; its results against random do
+            print_game_results(model, eval_env, args.eval_episodes)
+        else:
+            mean, std = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_episodes, warn=False)
+            print(f"Team return over {args.eval_episodes} evaluation episodes: {mean:.2f} +/- {std:.2f}")
         eval_env.close()
     env.close()
     return model_path
+
+
+def print_game_results(model: IPPO, env: Any, n_games: int, deterministic: bool = True) -> None:
+    """Each seat's win, draw and loss rates against a uniformly random opponent."""
+    records = evaluate_policy(model, env, n_eval_episodes=n_games, deterministic=deterministic, opponent="random")
+    assert isinstance(records, dict)
+    for seat, record in records.items():
+        print(f"{seat} against random: {record}")
 
 
 def evaluate(args: argparse.Namespace) -> tuple[float, float]:
@@ -225,6 +245,8 @@ def evaluate(args: argparse.Namespace) -> tuple[float, float]:
         env_kwargs = dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {}
     env = make_vec_env(load_env_fn(env_id), n_envs=1, seed=args.seed, env_kwargs=env_kwargs)
     model = IPPO.load(model_path, env=env)
+    if is_turn_based_vec_env(env):
+        print_game_results(model, env, args.episodes, deterministic=not args.stochastic)
     mean, std = evaluate_policy(model, env, n_eval_episodes=args.episodes, deterministic=not args.stochastic, warn=False)
     print(f"{env_id} {env_kwargs}: team return over {args.episodes} episodes: {mean:.2f} +/- {std:.2f}")
     env.close()

@@ -47,10 +47,7 @@ class SeatRecord:
         return 1.0 - self.loss_rate if self.n_games else 0.0
 
     def __str__(self) -> str:
-        return (
-            f"win {self.win_rate:.1%}, draw {self.draw_rate:.1%}, loss {self.loss_rate:.1%} "
-            f"({self.n_games} games)"
-        )
+        return f"win {self.win_rate:.1%}, draw {self.draw_rate:.1%}, loss {self.loss_rate:.1%} ({self.n_games} games)"
 
 
 def outcome(agent_returns: dict[AgentID, float], seat: AgentID) -> int:

@@ -458,7 +458,7 @@ def test_aec_env_is_converted_to_parallel() -> None:
 def test_aec_env_that_cannot_run_in_parallel_is_stepped_turn_by_turn_in_this_process() -> None:
     # The turn-based copies themselves: tests/test_games.py.
     assert type(make_vec_env(tictactoe_v3.env, n_envs=2)).__name__ == "TurnBasedMultiAgentVecEnv"
-    with pytest.raises(ValueError, match="turn-based .* in this process"):
+    with pytest.raises(ValueError, match=r"turn-based .* in this process"):
         make_vec_env(tictactoe_v3.env, n_envs=2, vec_env_cls="subproc")
 
 
