@@ -271,6 +271,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--timesteps", type=int, default=500_000, help="env steps per run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
+    parser.add_argument("--only-seeds", type=int, nargs="+", default=None, help="run just these of the seeds")
     parser.add_argument("--adversary-timesteps", type=int, default=None, help="default: --timesteps")
     parser.add_argument("--adversary-seeds", type=int, default=None, help="default: --seeds")
     parser.add_argument("--n-envs", type=int, default=8, help="env copies")
@@ -294,6 +295,8 @@ def make_tasks(args: argparse.Namespace) -> list[dict[str, Any]]:
         timesteps = (args.adversary_timesteps if adversary else None) or args.timesteps
         seeds = (args.adversary_seeds if adversary else None) or args.seeds
         for seed in range(seeds):
+            if args.only_seeds is not None and seed not in args.only_seeds:
+                continue
             for algo in args.algos:
                 tasks.append(
                     {"env": env_name, "algo": algo, "seed": seed, "timesteps": timesteps, "n_envs": args.n_envs,

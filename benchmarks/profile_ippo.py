@@ -6,8 +6,9 @@ the cumulative CPU time (``time.process_time``: on a shared machine wall time wo
 slices) of the functions that make up each step of the loop is summed into a table:
 
 - collection (``IPPO.collect_rollouts``): env stepping (``MultiAgentVecEnv.step_agents``), the policy forward pass of
-  each agent (``IPPO._act``), the per-agent buffers (``AgentEpisodeBuffer.add``), callbacks and episode statistics;
-- update (``IPPO.train``): drain, ``build_batch`` (fresh values and log-probs, GAE) and ``ppo_update``;
+  each group or agent (``IPPO._act``), the per-agent buffers (``AgentEpisodeBuffer.add``), callbacks and episode statistics;
+- update (``IPPO.train``): drain, ``build_batch`` (fresh values and log-probs, GAE) and ``ppo_update`` for agents
+  updated one at a time, ``stacked_build_batch`` and ``stacked_ppo_update`` for the groups updated as one batch;
 - logging (``IPPO.dump_logs``; ``_record_update`` is inside the update's figure).
 
 Then the top lines of the profile (cumulative time). cProfile's overhead inflates functions with many small
@@ -38,14 +39,16 @@ PARTS = (
     ("learn (total)", "ippo/ippo.py", "learn"),
     ("collection", "ippo/ippo.py", "collect_rollouts"),
     ("  env stepping (step_agents)", "sb3_ippo/vec_env.py", "step_agents"),
-    ("  policy forward per agent (_act)", "ippo/ippo.py", "_act"),
+    ("  policy forward (_act: per group or agent)", "ippo/ippo.py", "_act"),
     ("  buffer add", "sb3_ippo/buffer.py", "add"),
     ("  callbacks (on_step)", "common/callbacks.py", "on_step"),
     ("  episode statistics", "common/base_class.py", "_update_info_buffer"),
     ("update (train)", "ippo/ippo.py", "train"),
     ("  drain", "sb3_ippo/buffer.py", "drain"),
-    ("  build_batch (recompute, GAE)", "sb3_ippo/ppo_update.py", "build_batch"),
-    ("  ppo_update", "sb3_ippo/ppo_update.py", "ppo_update"),
+    ("  build_batch (one agent: recompute, GAE)", "sb3_ippo/ppo_update.py", "build_batch"),
+    ("  ppo_update (one agent)", "sb3_ippo/ppo_update.py", "ppo_update"),
+    ("  stacked_build_batch (a group)", "sb3_ippo/stacked.py", "stacked_build_batch"),
+    ("  stacked_ppo_update (a group)", "sb3_ippo/stacked.py", "stacked_ppo_update"),
     ("  record statistics", "ippo/ippo.py", "_record_update"),
     ("logging (dump_logs)", "ippo/ippo.py", "dump_logs"),
 )
@@ -101,14 +104,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         f"IPPO defaults on simple_spread_v3 {kwargs}, {args.n_envs} copies, {args.timesteps:,} env steps, "
         f"{model.policy_version} updates; {total:.1f} CPU s under cProfile ({wall:.1f} s wall)"
     )
-    print(f"{'part':<38}{'CPU s':>10}{'share':>8}{'calls':>10}")
+    print(f"{'part':<44}{'CPU s':>10}{'share':>8}{'calls':>10}")
     parts: dict[str, float] = {}
     for label, suffix, name in PARTS:
         seconds, calls = cumulative_seconds(stats, suffix, name)
         parts[label.strip()] = seconds
-        print(f"{label:<38}{seconds:>10.2f}{seconds / total:>8.1%}{calls:>10,}")
+        print(f"{label:<44}{seconds:>10.2f}{seconds / total:>8.1%}{calls:>10,}")
     rest = total - parts["collection"] - parts["update (train)"] - parts["logging (dump_logs)"]
-    print(f"{'other (learn setup, loop)':<38}{rest:>10.2f}{rest / total:>8.1%}")
+    print(f"{'other (learn setup, loop)':<44}{rest:>10.2f}{rest / total:>8.1%}")
 
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).strip_dirs().sort_stats("cumulative").print_stats(args.top)

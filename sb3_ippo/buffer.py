@@ -223,9 +223,14 @@ class AgentEpisodeBuffer:
         stamp = trajectory.policy_version if self.version_stamp == "first_step" else policy_version
         self.finished.append(trajectory.close(terminated, bootstrap_obs, stamp))
 
-    def drop_open(self) -> None:
-        """Forget the trajectories in progress (the env copies were reset behind the buffer's back)."""
-        self._open = [None] * self.n_envs
+    def drop_open(self, env_idx: int | None = None) -> int:
+        """Forget the trajectories in progress: of copy ``env_idx`` (its episode was lost), or of every copy (they were
+        reset behind the buffer's back). Returns how many were dropped."""
+        indices = range(self.n_envs) if env_idx is None else [env_idx]
+        dropped = sum(self._open[i] is not None for i in indices)
+        for i in indices:
+            self._open[i] = None
+        return dropped
 
     @staticmethod
     def is_stale(trajectory: Trajectory, current_version: int, max_version_lag: int) -> bool:
@@ -244,12 +249,14 @@ class AgentEpisodeBuffer:
         fresh = [len(t) for t in self.finished if not self.is_stale(t, current_version, max_version_lag)]
         return len(fresh), sum(fresh)
 
-    def is_ready(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+    def is_ready(self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
         """Whether enough fresh finished trajectories wait: ``n_steps`` transitions if set, else ``n_episodes``."""
         episodes, steps = self.fresh_counts(current_version, max_version_lag)
-        return steps >= n_steps if n_steps is not None else episodes >= n_episodes
+        if n_steps is not None:
+            return steps >= n_steps
+        return n_episodes is not None and episodes >= n_episodes
 
-    def is_blocked(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
+    def is_blocked(self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int) -> bool:
         """Whether the buffer is full of fresh trajectories that still do not make an update due: new ones would be
         rejected and the versions cannot advance, so no update could ever come."""
         if self.max_buffered_episodes is None:
@@ -259,7 +266,9 @@ class AgentEpisodeBuffer:
             n_episodes, n_steps, current_version, max_version_lag
         )
 
-    def drain(self, n_episodes: int, n_steps: int | None, current_version: int, max_version_lag: int) -> list[Trajectory]:
+    def drain(
+        self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int
+    ) -> list[Trajectory]:
         """Drop the stale trajectories, then take the oldest fresh ones: enough to cover ``n_steps`` transitions if
         set, else ``n_episodes`` trajectories. The excess stays for the next update."""
         self.drop_stale(current_version, max_version_lag)
@@ -268,7 +277,7 @@ class AgentEpisodeBuffer:
         while self.finished:
             if n_steps is not None and n_transitions >= n_steps:
                 break
-            if n_steps is None and len(batch) >= n_episodes:
+            if n_steps is None and (n_episodes is None or len(batch) >= n_episodes):
                 break
             trajectory = self.finished.popleft()
             batch.append(trajectory)

@@ -14,6 +14,7 @@ PettingZoo's turn-based games (the classic family) give every agent an observati
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -222,3 +223,14 @@ def policy_for_agent(
     assert isinstance(observation_space, spaces.Dict)
     check_masked_agent(agent, observation_space, action_space)
     return masked_policy_class(policy_class, observation_space, agent), unmasked_space(observation_space)
+
+
+def unmasked_normalizer(normalizer: Any) -> Any:
+    """An ``ObservationNormalizer`` of a masked agent as its policy sees observations (without the mask): the statistics
+    of the ``observation`` entry alone when that is what the policy takes (for ``export_agent``)."""
+    rms = normalizer.obs_rms
+    if isinstance(rms, dict) and set(rms) <= {OBSERVATION_KEY}:
+        view = copy.copy(normalizer)
+        view.obs_rms = rms.get(OBSERVATION_KEY)
+        return view
+    return normalizer

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from torch import nn
 
 from sb3_ippo.masking import MASK_KEY
 from sb3_ippo.vec_env import ObsArray
@@ -86,28 +84,3 @@ class ReturnNormalizer:
 
     def denormalize(self, values: np.ndarray) -> np.ndarray:
         return (values * self.std + self.return_rms.mean).astype(np.float32)
-
-    def update_preserving_outputs(self, returns: np.ndarray, value_head: nn.Module) -> None:
-        """Update the statistics with ``returns`` and rescale ``value_head`` (the linear layer that outputs normalized
-        values) so that every value it predicts means the same return as before: the head's outputs, the old values
-        and the value targets of an update then share one scale (PopArt's "preserve outputs precisely", van Hasselt
-        et al., 2016), and the next update reads the head with the statistics it was trained towards."""
-        if not isinstance(value_head, nn.Linear):
-            raise TypeError(
-                f"Return normalization rescales the value head, which must be an nn.Linear; got {type(value_head).__name__}. "
-                "Use normalize_returns=False with this policy."
-            )
-        old_mean, old_std = float(self.return_rms.mean), self.std
-        self.update(returns)
-        rescale_linear(value_head.weight, value_head.bias, old_mean, old_std, float(self.return_rms.mean), self.std)
-
-
-@th.no_grad()
-def rescale_linear(
-    weight: th.Tensor, bias: th.Tensor | None, old_mean: float, old_std: float, new_mean: float, new_std: float
-) -> None:
-    """In place: ``(w, b) -> (w * old_std / new_std, (b * old_std + old_mean - new_mean) / new_std)``, so that
-    ``new_mean + new_std * output`` after equals ``old_mean + old_std * output`` before."""
-    weight.mul_(old_std / new_std)
-    if bias is not None:
-        bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

@@ -21,7 +21,6 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import explained_variance, obs_as_tensor
-from torch import nn
 from torch.nn import functional as F
 
 from sb3_ippo.buffer import Trajectory, concat_obs, stack_obs
@@ -167,14 +166,12 @@ def finish_batch(
     gamma: float,
     gae_lambda: float,
     return_normalizer: ReturnNormalizer | None = None,
-    value_head: nn.Module | None = None,
 ) -> AgentBatch:
     """GAE and value targets from the networks' outputs on ``drained``: :func:`build_batch` after its forward passes.
 
     :param fresh_values: Value-head outputs on the observations (None: use the stored values).
     :param fresh_log_prob: log pi(a|s) from the current policy (None: use the stored log-probs).
     :param bootstrap_head_values: Value-head outputs on the bootstrap observations (None when there are none).
-    :param value_head: The layer ``return_normalizer`` rescales to preserve its outputs (required with it).
     """
     device = drained.actions.device
     bootstrap_values = np.zeros(len(drained.lengths), dtype=np.float32)
@@ -192,8 +189,7 @@ def finish_batch(
         bootstrap_values[drained.truncated] = return_normalizer.denormalize(bootstrap_values[drained.truncated])
     advantages, returns = compute_gae(drained.rewards, values, bootstrap_values, drained.lengths, gamma, gae_lambda)
     if return_normalizer is not None:
-        assert value_head is not None
-        return_normalizer.update_preserving_outputs(returns, value_head)
+        return_normalizer.update(returns)
         returns = return_normalizer.normalize(returns)
         values = return_normalizer.normalize(values)
 
@@ -233,10 +229,9 @@ def build_batch(
     time are used (they are stored on the return scale, de-normalized with the statistics of their time; bootstrap
     values, never stored, still come from the current network). With ``recompute_log_prob``, log pi_old(a|s) comes
     from the current policy, so the first minibatch's ratio is exactly 1. With ``return_normalizer``, value-head
-    outputs are de-normalized before GAE; then the statistics are updated with the new returns and the value head is
-    rescaled to keep its predictions (``ReturnNormalizer.update_preserving_outputs``), and the targets and the old
-    values (for ``clip_range_vf`` and the explained variance) are normalized with the updated statistics: the head's
-    outputs, the old values and the targets share one scale for the whole update.
+    outputs are de-normalized before GAE; then the statistics are updated with the new returns, and the targets and
+    the old values (for ``clip_range_vf`` and the explained variance) are both normalized with the updated
+    statistics, the scale the value head is trained towards in this update and read back with at the next.
     """
     drained = drain_to_tensors(trajectories, policy.action_space, policy.device, preprocess_obs)
     fresh_values = fresh_log_prob = bootstrap_values = None
@@ -253,7 +248,6 @@ def build_batch(
         gamma,
         gae_lambda,
         return_normalizer,
-        policy.value_net,
     )
 
 

@@ -2,8 +2,10 @@
 
 The members of a group have the same spaces and the same policy architecture, each with its own weights and its own
 Adam optimizer. :class:`StackedPolicies` stacks their parameters along a new first axis and runs the networks of all
-members with ``torch.func.vmap`` over ``functional_call``: acting is one forward call for every member and copy, and
-each minibatch of an update is one forward, one backward, one gradient clip and one Adam step for the whole group.
+members at once -- SB3's MLP policies as batched matrix products (``baddbmm``), any other architecture with
+``torch.func.vmap`` over ``functional_call``: acting is one forward call for every member and copy, and each
+minibatch of an update is one forward, one backward, one gradient clip and one Adam step for the whole group (on
+one ``(members, parameters)`` tensor, :class:`FlatParameters`).
 
 The members' own ``ActorCriticPolicy`` objects stay the state of record (``model.policies``, save/load, export): an
 update gathers their parameters and Adam states into stacked tensors, trains those, and writes the results back.
@@ -21,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch as th
-from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 from stable_baselines3.common.distributions import (
     BernoulliDistribution,
     CategoricalDistribution,
@@ -31,6 +32,7 @@ from stable_baselines3.common.distributions import (
 )
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 from stable_baselines3.common.utils import explained_variance
 from torch import nn
 from torch.func import functional_call, vmap
@@ -164,11 +166,12 @@ class StackedPolicies:
         self.observation_space = template.observation_space
         self.normalize_images = template.normalize_images
         self.names = [name for name, _ in template.named_parameters()]
-        # A structural copy to call with the stacked parameters: the members' own modules are never touched.
-        self._heads = _Heads(copy.deepcopy(template)).to("meta")
         self._action_dist: Distribution = copy.copy(template.action_dist)
-        self._forward = vmap(self._member_forward)
         self._mlp = _mlp_layers(template)
+        if self._mlp is None:
+            # A structural copy to call with the stacked parameters: the members' own modules are never touched.
+            self._heads = _Heads(copy.deepcopy(template)).to("meta")
+            self._forward = vmap(self._member_forward)
         self._parameters = [p for policy in self.policies for p in policy.parameters()]
         self._cache_key: tuple[int, ...] | None = None
         self._cache: dict[str, th.Tensor] = {}
@@ -354,7 +357,6 @@ def stacked_build_batch(
                 gamma,
                 gae_lambda,
                 None if return_normalizers is None else return_normalizers[i],
-                policies[i].value_net,
             )
         )
     return StackedBatch.from_batches(batches)

@@ -15,12 +15,14 @@ everything it received in between, the other players' replies included:
   (:meth:`sb3_ippo.buffer.AgentEpisodeBuffer.credit`). An episode end reaches every agent, also the one whose last
   move came earlier (the loser of a game learns that its last move lost).
 
-Per-episode statistics are those of every copy: team return, per-agent returns, length (in moves).
+Per-episode statistics are those of every copy: team return, per-agent returns, length (in moves). A copy whose env
+raises is handled as every copy is (``on_env_error``: raise, or rebuild it and lose only its game in progress).
 """
 
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +32,17 @@ from pettingzoo import AECEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 
 from sb3_ippo.masking import MASK_KEY
-from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray
+from sb3_ippo.vec_env import (
+    DEFAULT_MAX_RESTARTS,
+    AgentID,
+    CopyFailure,
+    MultiAgentStep,
+    MultiAgentVecEnv,
+    ObsArray,
+    _CopyStep,
+    _reset_copy,
+    _step_copy,
+)
 
 
 def needs_turns(env: Any) -> bool:
@@ -69,9 +81,9 @@ def illegal_action_message(agent: AgentID, action: Any, mask: np.ndarray, action
 class TurnBasedCopy:
     """One copy of an AEC env, stepped one turn at a time; it resets itself when its episode ends.
 
-    It has the interface of the parallel copies (``reset`` and ``step`` return the same tuples), so the vectorized
-    env's per-agent arrays, alive masks and statistics work unchanged: the only agent alive in a copy is the one to
-    move. An action its ``action_mask`` forbids is refused before it reaches the env.
+    It has the interface of the parallel copies (``reset``, ``step``, ``alive``), so the vectorized env's per-agent
+    arrays, alive masks, statistics and restarts work unchanged: the only agent alive in a copy is the one to move.
+    An action its ``action_mask`` forbids is refused before it reaches the env.
     """
 
     def __init__(self, env: AECEnv, max_episode_steps: int | None = None) -> None:
@@ -84,6 +96,11 @@ class TurnBasedCopy:
         self.team_return = 0.0
         self.agent_returns: dict[AgentID, float] = {}
         self.episode_start = time.time()
+
+    @property
+    def alive(self) -> dict[AgentID, None]:
+        """The agent to move (none once the episode is over)."""
+        return {} if self.to_move is None else {self.to_move: None}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         self.env.reset(seed=seed, options=options or None)
@@ -98,11 +115,12 @@ class TurnBasedCopy:
             raise RuntimeError(f"{self.env} has no agent to move after reset: its episode ended before it began")
         return {self.to_move: self._obs}, infos
 
-    def step(self, actions: dict[AgentID, Any]) -> tuple:
-        """The agent to move acts; then the copy advances to the next agent to move, or resets at the episode end.
+    def step(self, actions: dict[AgentID, Any]) -> _CopyStep:
+        """The agent to move acts; then the copy advances to the next agent to move, or to the episode end (``done``:
+        the caller resets the copy).
 
-        :return: obs, rewards, terminations, truncations, infos, alive agents, episode done, final obs, episode info,
-            as the parallel copies return them; ``rewards`` and the ends cover every agent that ``last()`` reported on.
+        :return: the step as the parallel copies return it; ``rewards`` and the ends cover every agent that ``last()``
+            reported on.
         :raises ValueError: for a missing or illegal action (the env is not stepped).
         """
         agent = self.to_move
@@ -120,7 +138,6 @@ class TurnBasedCopy:
         agents = list(rewards)
         terminations = {a: terminations.get(a, False) for a in agents}
         truncations = {a: truncations.get(a, False) for a in agents}
-        episode = None
         if self.to_move is None:
             episode = {
                 "r": self.team_return,
@@ -128,10 +145,9 @@ class TurnBasedCopy:
                 "t": round(time.time() - self.episode_start, 6),
                 "agent_returns": dict(self.agent_returns),
             }
-            obs, _ = self.reset()
-            return obs, rewards, terminations, truncations, infos, dict.fromkeys(obs), True, final_obs, episode
+            return _CopyStep({}, rewards, terminations, truncations, infos, {}, True, final_obs, episode)
         obs = {self.to_move: self._obs}
-        return obs, rewards, terminations, truncations, infos, dict.fromkeys(obs), False, final_obs, episode
+        return _CopyStep(obs, rewards, terminations, truncations, infos, self.alive, False, final_obs, None)
 
     def check_legal(self, agent: AgentID, action: Any) -> None:
         """:raises ValueError: if the observation the agent acts on has an action mask that forbids ``action``."""
@@ -194,11 +210,21 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
 
     :param env_fns: Factories of AEC envs, one per copy.
     :param max_episode_steps: Truncate every copy's episode after this many moves (None: the env decides).
+    :param on_env_error: ``"raise"`` or ``"restart"`` a copy whose env raises (see ``MultiAgentVecEnv``). An illegal
+        move is never an env error: it always raises.
+    :param max_restarts: With ``"restart"``, the restarts allowed in all.
     """
 
     turn_based = True
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]], max_episode_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        max_episode_steps: int | None = None,
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+    ) -> None:
+        self._env_fns = list(env_fns)
         self.envs = [env_fn() for env_fn in env_fns]
         for env in self.envs:
             if not isinstance(env, AECEnv):
@@ -212,6 +238,8 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
             agents,
             {agent: first.observation_space(agent) for agent in agents},
             {agent: first.action_space(agent) for agent in agents},
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
         )
 
     def _set_max_episode_steps(self, value: int | None) -> None:
@@ -220,8 +248,8 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
 
     def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
         results = [
-            episode_copy.reset(seed=self._seeds[idx], options=self._options[idx])
-            for idx, episode_copy in enumerate(self._copies)
+            self._resolve_reset(idx, _reset_copy(self._copies[idx], self._seeds[idx], self._options[idx], keep_error=True))  # type: ignore[arg-type]
+            for idx in range(self.num_envs)
         ]
         return self._collect_reset(results)
 
@@ -235,8 +263,26 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
             if episode_copy.to_move in actions:
                 episode_copy.check_legal(episode_copy.to_move, actions[episode_copy.to_move])
         return self._collect_step(
-            [episode_copy.step(actions) for episode_copy, actions in zip(self._copies, per_copy, strict=True)]
+            [
+                self._resolve_step(idx, _step_copy(self._copies[idx], actions, keep_error=True))  # type: ignore[arg-type]
+                for idx, actions in enumerate(per_copy)
+            ]
         )
+
+    def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
+        old = self._copies[env_idx]
+        try:
+            old.env.close()
+        except Exception:  # the env failed already: its close may fail too
+            pass
+        try:
+            new = TurnBasedCopy(self._env_fns[env_idx](), old.max_episode_steps)
+            self._copies[env_idx] = new
+            self.envs[env_idx] = new.env
+            obs, infos = new.reset(seed=seed)
+        except Exception as error:
+            return CopyFailure("restart", traceback.format_exc(), None, error)
+        return obs, infos, new.alive
 
     def close(self) -> None:
         for env in self.envs:
@@ -255,7 +301,12 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
         ]
 
 
-def make_turn_based_vec_env(env_fns: Sequence[Callable[[], Any]], vec_env_cls: str) -> TurnBasedMultiAgentVecEnv:
+def make_turn_based_vec_env(
+    env_fns: Sequence[Callable[[], Any]],
+    vec_env_cls: str,
+    on_env_error: str = "raise",
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+) -> TurnBasedMultiAgentVecEnv:
     """The vectorized env ``make_vec_env`` builds for a turn-based env.
 
     :raises ValueError: for ``vec_env_cls`` other than ``"dummy"``: turn-based copies run in this process.
@@ -265,7 +316,7 @@ def make_turn_based_vec_env(env_fns: Sequence[Callable[[], Any]], vec_env_cls: s
             f"vec_env_cls={vec_env_cls!r}: turn-based (AEC) envs run their copies in this process; use "
             "vec_env_cls='dummy' (a game's step is cheap next to the policy's forward pass)"
         )
-    return TurnBasedMultiAgentVecEnv(env_fns)
+    return TurnBasedMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
 
 
 def is_turn_based_vec_env(env: Any) -> bool:

@@ -8,6 +8,7 @@ it gets no action and produces no transition until that copy starts a new episod
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices, VecEnvStepReturn
 
 AgentID = str
@@ -34,6 +36,12 @@ class MultiAgentStep(NamedTuple):
     this step (terminated, truncated, or left the env), which ``obs`` no longer holds once a copy has reset.
     ``dones[env_idx]`` says that copy's episode ended and the copy was reset: ``obs`` and ``alive`` then
     describe the first step of its next episode, and ``infos[env_idx]["episode"]`` holds its statistics.
+
+    ``restarted[env_idx]`` says that copy's env failed in this step (with ``on_env_error="restart"``) and was
+    rebuilt and reset: its episode in progress is lost, its rewards and flags in this step are not transitions,
+    and ``dones[env_idx]`` is True without an ``"episode"`` entry. ``infos[env_idx]["env_restarted"]`` is True for
+    every restart (also for an env that failed to reset after a finished episode, which loses nothing), with the
+    failure's traceback in ``infos[env_idx]["env_error"]``. None where the env layer does not restart copies.
     """
 
     obs: dict[AgentID, ObsArray]
@@ -44,6 +52,7 @@ class MultiAgentStep(NamedTuple):
     dones: np.ndarray
     infos: list[dict[str, Any]]
     final_obs: dict[AgentID, dict[int, Any]]
+    restarted: np.ndarray | None = None
 
     @property
     def team_rewards(self) -> np.ndarray:
@@ -71,14 +80,15 @@ def to_parallel_env(env: Any) -> ParallelEnv:
     if is_parallel_env(env):
         return env
     if isinstance(env, AECEnv):
-        try:
-            return aec_to_parallel(env)
-        except AssertionError as error:
+        if not env.metadata.get("is_parallelizable", False):
+            # PettingZoo's own advice (set is_parallelizable) is wrong for a game whose agents take turns.
+            name = env.metadata.get("name", type(env.unwrapped).__name__)
             raise ValueError(
-                f"The AEC environment {env} cannot be converted to a parallel environment: {error} "
-                "Pass a PettingZoo ParallelEnv (most envs have `parallel_env()`), or an AEC env whose "
-                "metadata sets is_parallelizable=True."
-            ) from error
+                f"The AEC environment {name} is turn-based (its metadata does not set is_parallelizable), so it "
+                "cannot be converted to a parallel environment. make_vec_env(env_fn) and IPPO(policy, env) step such envs "
+                "turn by turn (sb3_ippo.turn_based)."
+            )
+        return aec_to_parallel(env)
     if isinstance(env, str):
         raise TypeError(
             f"Got the string {env!r}; sb3_ippo needs a PettingZoo environment instance, "
@@ -88,6 +98,15 @@ def to_parallel_env(env: Any) -> ParallelEnv:
         raise TypeError(
             f"Got the gymnasium env {env}; sb3_ippo trains PettingZoo multi-agent environments (ParallelEnv or AECEnv). "
             "For a single-agent gymnasium env, use stable_baselines3.PPO."
+        )
+    if callable(env):
+        kind = "class" if isinstance(env, type) else "function"
+        name = getattr(env, "__qualname__", "")
+        label = f"the {kind} {name}" if name and "<" not in name else f"a {kind}"  # not "<locals>.par_fn"
+        raise TypeError(
+            f"Got {label}, not an environment: call it to make one, e.g. "
+            "`IPPO('MlpPolicy', simple_spread_v3.parallel_env())`, or pass the function to make_vec_env, e.g. "
+            "`make_vec_env(simple_spread_v3.parallel_env, n_envs=8)`."
         )
     raise TypeError(f"Expected a PettingZoo ParallelEnv or AECEnv, got {type(env).__name__}: {env!r}")
 
@@ -139,11 +158,9 @@ class _EpisodeCopy:
         self.episode_start = time.time()
         return obs, infos
 
-    def step(self, actions: dict[AgentID, Any]) -> tuple:
-        """Step the alive agents; reset when no agent is left.
-
-        :return: obs, rewards, terminations, truncations, infos, alive agents, episode done, final obs, episode info.
-        """
+    def step(self, actions: dict[AgentID, Any]) -> _CopyStep:
+        """Step the alive agents. When no agent is left the episode is done, and the caller resets the copy
+        (:func:`_step_copy`)."""
         acting = self.alive
         obs, rewards, terminations, truncations, infos = self.env.step(
             {agent: action for agent, action in actions.items() if agent in acting}
@@ -181,8 +198,112 @@ class _EpisodeCopy:
                 "t": round(time.time() - self.episode_start, 6),
                 "agent_returns": dict(self.agent_returns),
             }
-            obs, _ = self.reset()
-        return obs, rewards, terminations, truncations, infos, self.alive, done, final_obs, episode
+        return _CopyStep(obs, rewards, terminations, truncations, infos, self.alive, done, final_obs, episode)
+
+
+class _CopyStep(NamedTuple):
+    """One copy's step: obs, rewards, terminations, truncations, infos, alive agents, whether the episode is done
+    (then ``obs`` and ``alive`` are those of the next episode's reset), final obs of the agents that left, episode
+    statistics."""
+
+    obs: dict
+    rewards: dict
+    terminations: dict
+    truncations: dict
+    infos: dict
+    alive: dict
+    done: bool
+    final_obs: dict
+    episode: dict | None
+
+
+class CopyFailure(NamedTuple):
+    """An env copy that raised. ``phase``: "step", "reset" (the reset after a finished step, whose result is kept
+    in ``step_result``), or "restart" (the rebuild of a failed copy). ``error`` is the exception itself in this
+    process, None when it comes from a worker process (only its traceback text travels)."""
+
+    phase: str
+    traceback: str
+    step_result: _CopyStep | None = None
+    error: BaseException | None = None
+
+
+def _step_copy(episode_copy: _EpisodeCopy, actions: dict[AgentID, Any], keep_error: bool) -> _CopyStep | CopyFailure:
+    """Step one copy and reset it at the end of its episode; an exception of the env becomes a :class:`CopyFailure`."""
+    try:
+        result = episode_copy.step(actions)
+    except Exception as error:
+        return CopyFailure("step", traceback.format_exc(), None, error if keep_error else None)
+    if result.done:
+        try:
+            obs, _ = episode_copy.reset()
+        except Exception as error:
+            return CopyFailure("reset", traceback.format_exc(), result, error if keep_error else None)
+        result = result._replace(obs=obs, alive=episode_copy.alive)
+    return result
+
+
+def _reset_copy(
+    episode_copy: _EpisodeCopy, seed: int | None, options: dict | None, keep_error: bool
+) -> tuple[dict, dict, dict] | CopyFailure:
+    """Reset one copy: ``(obs, infos, alive)``; an exception of the env becomes a :class:`CopyFailure`."""
+    try:
+        obs, infos = episode_copy.reset(seed=seed, options=options)
+    except Exception as error:
+        return CopyFailure("reset", traceback.format_exc(), None, error if keep_error else None)
+    return obs, infos, episode_copy.alive
+
+
+def _rebuild_copy(
+    copies: list[_EpisodeCopy], env_fns: Sequence[Callable[[], Any]], index: int, seed: int | None, keep_error: bool
+) -> tuple[dict, dict, dict] | CopyFailure:
+    """Replace ``copies[index]`` by a new env from ``env_fns[index]``, reset with ``seed``: ``(obs, infos, alive)``."""
+    old = copies[index]
+    try:
+        old.env.close()
+    except Exception:  # the env failed already: its close may fail too
+        pass
+    try:
+        new = _EpisodeCopy(to_parallel_env(env_fns[index]()), old.max_episode_steps)
+        copies[index] = new
+        obs, infos = new.reset(seed=seed)
+    except Exception as error:
+        return CopyFailure("restart", traceback.format_exc(), None, error if keep_error else None)
+    return obs, infos, new.alive
+
+
+class _Rebuilt(NamedTuple):
+    """A failed copy, rebuilt and reset: its reset's obs, infos and alive agents, and why it was rebuilt."""
+
+    obs: dict
+    infos: dict
+    alive: dict
+    error: str
+
+
+class _Resolved(NamedTuple):
+    """A copy's step result once failures are handled: the result, the failure's traceback if the copy was
+    restarted, and whether its episode in progress was lost."""
+
+    result: _CopyStep
+    restart_error: str | None
+    episode_lost: bool
+
+
+def _lost_episode(rebuilt: _Rebuilt) -> _Resolved:
+    """The step result of a copy whose episode was lost: no transition, the copy reset (done), no episode statistics."""
+    return _Resolved(_CopyStep(rebuilt.obs, {}, {}, {}, {}, rebuilt.alive, True, {}, None), rebuilt.error, True)
+
+
+ENV_ERROR_POLICIES = ("raise", "restart")
+DEFAULT_MAX_RESTARTS = 100
+
+
+def check_env_error_policy(on_env_error: str, max_restarts: int) -> None:
+    if on_env_error not in ENV_ERROR_POLICIES:
+        raise ValueError(f"on_env_error must be one of {ENV_ERROR_POLICIES}, got {on_env_error!r}")
+    if not isinstance(max_restarts, (int, np.integer)) or isinstance(max_restarts, bool) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be a non-negative integer (the restarts allowed in all), got {max_restarts!r}")
 
 
 class MultiAgentVecEnv(VecEnv):
@@ -191,6 +312,14 @@ class MultiAgentVecEnv(VecEnv):
     ``observation_space`` and ``action_space`` are ``spaces.Dict`` keyed by agent id (SB3's ``VecEnv`` needs
     one space each); ``observation_spaces[agent]`` and ``action_spaces[agent]`` are the agents' own spaces.
     ``step`` takes ``{agent_id: actions of shape (n_envs, *act_shape)}`` and returns a :class:`MultiAgentStep`.
+
+    An env copy that raises in ``step`` or ``reset`` (or, with worker processes, whose worker dies) is handled by
+    ``on_env_error``: "raise" raises a ``RuntimeError`` that carries the env's traceback; "restart" rebuilds the
+    copy from its env factory, resets it with a new seed (``seed + i + k * n_envs`` for the ``k``-th restart of
+    copy ``i``, when the env was seeded) and goes on: the step reports that copy as restarted
+    (:class:`MultiAgentStep`), and only its episode in progress is lost. ``restarts`` counts the copies rebuilt;
+    one more failure than ``max_restarts`` raises. A rebuilt copy is a fresh ``env_fn()``: attributes changed with
+    ``set_attr`` are not carried over.
 
     :param max_episode_steps: Truncate every copy's episode after this many steps (None: the env decides).
     """
@@ -205,14 +334,94 @@ class MultiAgentVecEnv(VecEnv):
         possible_agents: Sequence[AgentID],
         observation_spaces: dict[AgentID, spaces.Space],
         action_spaces: dict[AgentID, spaces.Space],
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
     ) -> None:
+        check_env_error_policy(on_env_error, max_restarts)
         self.possible_agents = list(possible_agents)
         self.observation_spaces = observation_spaces
         self.action_spaces = action_spaces
         self._obs = {agent: _allocate(space, num_envs) for agent, space in observation_spaces.items()}
         self._alive = {agent: np.zeros(num_envs, dtype=bool) for agent in self.possible_agents}
         self._actions: dict[AgentID, np.ndarray] | None = None
+        self.on_env_error = on_env_error
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._copy_restarts = [0] * num_envs
+        self._base_seed: int | None = None
         super().__init__(num_envs, spaces.Dict(observation_spaces), spaces.Dict(action_spaces))
+        if self.render_mode is not None:
+            # SB3's VecVideoRecorder reads the frame rate here.
+            self.metadata["render_fps"] = (self.get_attr("metadata", [0])[0] or {}).get("render_fps", 30)
+
+    def seed(self, seed: int | None = None) -> Sequence[int | None]:
+        """Seed copy ``i`` with ``seed + i`` at its next reset (a random ``seed`` if None), as SB3's ``VecEnv`` does."""
+        seeds = super().seed(seed)
+        self._base_seed = self._seeds[0]
+        return seeds
+
+    # --- Env failures -----------------------------------------------------------------------------------------
+
+    def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
+        """Replace copy ``env_idx`` by a new env from its factory, reset with ``seed``: ``(obs, infos, alive)``."""
+        raise NotImplementedError
+
+    def _env_error(self, message: str, failure: CopyFailure | str) -> None:
+        """Raise the error that ends the run (subclasses clean up first)."""
+        cause = failure.error if isinstance(failure, CopyFailure) else None
+        raise RuntimeError(f"{type(self).__name__}: {message}") from cause
+
+    def _count_restart(self, env_idx: int, failure: CopyFailure | str) -> None:
+        """Count one restart of copy ``env_idx``, or raise: with ``on_env_error="raise"``, or past ``max_restarts``."""
+        reason = failure if isinstance(failure, str) else f"raised in {failure.phase}:\n{failure.traceback}"
+        if self.on_env_error == "raise":
+            self._env_error(
+                f"env copy {env_idx} {reason}\n(With make_vec_env(..., on_env_error='restart'), a failed copy is rebuilt "
+                "and collection goes on.)",
+                failure,
+            )
+        if self.restarts >= self.max_restarts:
+            self._env_error(
+                f"env copy {env_idx} {reason}\nThe env copies have been restarted {self.restarts} times already, the "
+                f"most max_restarts={self.max_restarts} allows: raise max_restarts, or fix the env.",
+                failure,
+            )
+        self.restarts += 1
+        self._copy_restarts[env_idx] += 1
+
+    def _restart_seed(self, env_idx: int) -> int | None:
+        if self._base_seed is None:
+            return None
+        return self._base_seed + env_idx + self.num_envs * self._copy_restarts[env_idx]
+
+    def _restart_copy(self, env_idx: int, failure: CopyFailure) -> _Rebuilt:
+        """Rebuild a failed copy (again, while the rebuild itself fails) and reset it; raise past ``max_restarts``."""
+        first = failure
+        while True:
+            self._count_restart(env_idx, failure)
+            outcome = self._rebuild(env_idx, self._restart_seed(env_idx))
+            if not isinstance(outcome, CopyFailure):
+                obs, infos, alive = outcome
+                return _Rebuilt(obs, infos, alive, f"env copy {env_idx} raised in {first.phase}:\n{first.traceback}")
+            failure = outcome
+
+    def _resolve_step(self, env_idx: int, result: _CopyStep | CopyFailure) -> _Resolved:
+        """A copy's step result, with a failed copy restarted (or the error raised)."""
+        if not isinstance(result, CopyFailure):
+            return _Resolved(result, None, False)
+        rebuilt = self._restart_copy(env_idx, result)
+        if result.phase == "reset" and result.step_result is not None:
+            # The episode had ended: only the next one's reset failed. Nothing is lost.
+            return _Resolved(result.step_result._replace(obs=rebuilt.obs, alive=rebuilt.alive), rebuilt.error, False)
+        return _lost_episode(rebuilt)
+
+    def _resolve_reset(self, env_idx: int, result: tuple[dict, dict, dict] | CopyFailure) -> tuple[dict, dict, str | None]:
+        """A copy's reset result ``(obs, infos, restart error or None)``, with a failed copy restarted."""
+        if not isinstance(result, CopyFailure):
+            obs, infos, _ = result
+            return obs, infos, None
+        rebuilt = self._restart_copy(env_idx, result)
+        return rebuilt.obs, rebuilt.infos, rebuilt.error
 
     def observation_space_of(self, agent: AgentID) -> spaces.Space:
         return self.observation_spaces[agent]
@@ -239,9 +448,11 @@ class MultiAgentVecEnv(VecEnv):
     def _set_max_episode_steps(self, value: int | None) -> None:
         raise NotImplementedError
 
-    def _collect_reset(self, results: Sequence[tuple[dict, dict]]) -> dict[AgentID, ObsArray]:
-        for env_idx, (obs, infos) in enumerate(results):
+    def _collect_reset(self, results: Sequence[tuple[dict, dict, str | None]]) -> dict[AgentID, ObsArray]:
+        for env_idx, (obs, infos, restart_error) in enumerate(results):
             self.reset_infos[env_idx] = {"agents": infos}
+            if restart_error is not None:
+                self.reset_infos[env_idx].update(env_restarted=True, env_error=restart_error)
             for agent in self.possible_agents:
                 alive = agent in obs
                 self._alive[agent][env_idx] = alive
@@ -251,17 +462,17 @@ class MultiAgentVecEnv(VecEnv):
         self._reset_options()
         return {agent: copy_obs(obs) for agent, obs in self._obs.items()}
 
-    def _collect_step(self, results: Sequence[tuple]) -> MultiAgentStep:
+    def _collect_step(self, results: Sequence[_Resolved]) -> MultiAgentStep:
         n_envs = self.num_envs
         rewards = {agent: np.zeros(n_envs, dtype=np.float32) for agent in self.possible_agents}
         terminations = {agent: np.zeros(n_envs, dtype=bool) for agent in self.possible_agents}
         truncations = {agent: np.zeros(n_envs, dtype=bool) for agent in self.possible_agents}
         final_obs: dict[AgentID, dict[int, Any]] = {agent: {} for agent in self.possible_agents}
         dones = np.zeros(n_envs, dtype=bool)
+        restarted = np.zeros(n_envs, dtype=bool)
         infos: list[dict[str, Any]] = []
-        for env_idx, (obs, step_rewards, step_terms, step_truncs, step_infos, alive, done, ends, episode) in enumerate(
-            results
-        ):
+        for env_idx, (result, restart_error, episode_lost) in enumerate(results):
+            obs, step_rewards, step_terms, step_truncs, step_infos, alive, done, ends, episode = result
             for agent, reward in step_rewards.items():
                 rewards[agent][env_idx] = reward
                 terminations[agent][env_idx] = step_terms[agent]
@@ -273,9 +484,12 @@ class MultiAgentVecEnv(VecEnv):
                 if agent in obs and (done or agent in alive):
                     _write(self._obs[agent], env_idx, obs[agent])
             info: dict[str, Any] = {"agents": step_infos}
-            if done:
-                dones[env_idx] = True
+            dones[env_idx] = done
+            if episode is not None:
                 info["episode"] = episode
+            if restart_error is not None:
+                info.update(env_restarted=True, env_error=restart_error)
+                restarted[env_idx] = episode_lost
             infos.append(info)
         return MultiAgentStep(
             obs={agent: copy_obs(obs) for agent, obs in self._obs.items()},
@@ -286,6 +500,7 @@ class MultiAgentVecEnv(VecEnv):
             dones=dones,
             infos=infos,
             final_obs=final_obs,
+            restarted=restarted,
         )
 
     def _split_actions(self, actions: dict[AgentID, np.ndarray]) -> list[dict[AgentID, Any]]:
@@ -328,6 +543,16 @@ class MultiAgentVecEnv(VecEnv):
         """Reset every copy (copy i with seed + i if ``seed(seed)`` was called); return ``{agent_id: obs (n_envs, ...)}``."""
         raise NotImplementedError
 
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each copy's frame (``render()`` of a copy made with ``render_mode="rgb_array"``). ``render()``, SB3's,
+        tiles them into one image, so SB3's ``VecVideoRecorder`` records every copy."""
+        if self.render_mode != "rgb_array":
+            raise ValueError(
+                f"The env copies were made with render_mode={self.render_mode!r}: images need render_mode='rgb_array', "
+                "e.g. make_vec_env(env_fn, env_kwargs=dict(render_mode='rgb_array'))"
+            )
+        return self.env_method("render")
+
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         # PettingZoo envs are not gymnasium envs: no gymnasium wrapper can be around them. But every copy records
         # Monitor-style episode statistics (team return), which is what SB3's evaluation asks Monitor for.
@@ -344,7 +569,14 @@ class MultiAgentVecEnv(VecEnv):
 class DummyMultiAgentVecEnv(MultiAgentVecEnv):
     """Copies stepped one after the other in this process (SB3's ``DummyVecEnv`` counterpart)."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]], max_episode_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        max_episode_steps: int | None = None,
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
+    ) -> None:
+        self._env_fns = list(env_fns)
         self.envs = [to_parallel_env(env_fn()) for env_fn in env_fns]
         self._copies = [_EpisodeCopy(env, max_episode_steps) for env in self.envs]
         self._max_episode_steps = max_episode_steps
@@ -355,6 +587,8 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
             agents,
             {agent: first.observation_space(agent) for agent in agents},
             {agent: first.action_space(agent) for agent in agents},
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
         )
 
     def _set_max_episode_steps(self, value: int | None) -> None:
@@ -363,8 +597,8 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
 
     def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
         results = [
-            episode_copy.reset(seed=self._seeds[idx], options=self._options[idx])
-            for idx, episode_copy in enumerate(self._copies)
+            self._resolve_reset(idx, _reset_copy(self._copies[idx], self._seeds[idx], self._options[idx], keep_error=True))
+            for idx in range(self.num_envs)
         ]
         return self._collect_reset(results)
 
@@ -373,8 +607,16 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         per_copy = self._split_actions(self._actions)
         self._actions = None
         return self._collect_step(
-            [episode_copy.step(actions) for episode_copy, actions in zip(self._copies, per_copy, strict=True)]
+            [
+                self._resolve_step(idx, _step_copy(self._copies[idx], actions, keep_error=True))
+                for idx, actions in enumerate(per_copy)
+            ]
         )
+
+    def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
+        outcome = _rebuild_copy(self._copies, self._env_fns, env_idx, seed, keep_error=True)
+        self.envs[env_idx] = self._copies[env_idx].env
+        return outcome
 
     def close(self) -> None:
         for env in self.envs:
@@ -393,12 +635,18 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         ]
 
 
-def _answer(copies: list[_EpisodeCopy], command: str, data: Any) -> Any:
+def _answer(copies: list[_EpisodeCopy], env_fns: Sequence[Callable[[], Any]], command: str, data: Any) -> Any:
     """What a worker sends back for one of the parent's commands."""
     if command == "step":
-        return [episode_copy.step(actions) for episode_copy, actions in zip(copies, data, strict=True)]
+        return [_step_copy(copy_, actions, keep_error=False) for copy_, actions in zip(copies, data, strict=True)]
     if command == "reset":
-        return [episode_copy.reset(seed, options) for episode_copy, (seed, options) in zip(copies, data, strict=True)]
+        return [
+            _reset_copy(episode_copy, seed, options, keep_error=False)
+            for episode_copy, (seed, options) in zip(copies, data, strict=True)
+        ]
+    if command == "restart":
+        local_index, seed = data
+        return _rebuild_copy(copies, env_fns, local_index, seed, keep_error=False)
     if command == "spaces":
         env = copies[0].env
         agents = list(env.possible_agents)
@@ -426,16 +674,23 @@ def _answer(copies: list[_EpisodeCopy], command: str, data: Any) -> Any:
 
 
 def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: CloudpickleWrapper) -> None:
-    """Run a slice of env copies in a worker process, answering the parent's commands until "close"."""
+    """Run a slice of env copies in a worker process, answering the parent's commands until "close".
+
+    An exception of an env comes back as a :class:`CopyFailure` for the parent to handle; any other exception
+    ends the worker, after sending its traceback. Ctrl-C is left to the parent (it reaches the whole process
+    group): the parent decides when the workers stop, so an interrupted ``learn`` can go on with the same env.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_remote.close()
     copies: list[_EpisodeCopy] = []
+    env_fns = env_fns_wrapper.var
     try:
-        copies = [_EpisodeCopy(to_parallel_env(env_fn())) for env_fn in env_fns_wrapper.var]
+        copies = [_EpisodeCopy(to_parallel_env(env_fn())) for env_fn in env_fns]
         while True:
             command, data = remote.recv()
             if command == "close":
                 break
-            remote.send(("ok", _answer(copies, command, data)))
+            remote.send(("ok", _answer(copies, env_fns, command, data)))
     except KeyboardInterrupt:
         pass
     except Exception:
@@ -445,16 +700,30 @@ def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: Clou
             pass
     finally:
         for episode_copy in copies:
-            episode_copy.env.close()
+            try:
+                episode_copy.env.close()
+            except Exception:  # a failed env's close may fail too; the worker ends anyway
+                pass
         remote.close()
+
+
+class _WorkerDied(Exception):
+    """A worker process died or failed outside its envs (with ``on_env_error="restart"``: its copies are rebuilt)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
     """Copies stepped in worker processes, each worker holding a contiguous slice of the copies.
 
     With fewer cores than copies, one process per copy spends its time switching; so by default there are
-    ``min(n_envs, cpu_count)`` workers. A worker that raises, or dies, makes the parent raise a ``RuntimeError``
-    that carries the worker's traceback or exit code, instead of hanging.
+    ``min(n_envs, cpu_count)`` workers. An env that raises, or a worker that dies, makes the parent raise a
+    ``RuntimeError`` that carries the env's traceback or the worker's exit code, instead of hanging; or, with
+    ``on_env_error="restart"``, the failed copy is rebuilt in its worker, and a dead worker is started anew with
+    all its copies rebuilt (each counts as a restart). Restarts happen in ``step`` and ``reset``; a worker that dies
+    in ``get_attr``, ``set_attr`` or ``env_method`` raises.
 
     :param env_fns: Factories of PettingZoo envs, one per copy. They must be picklable (cloudpickle).
     :param start_method: multiprocessing start method (default: "forkserver" where available, else "spawn").
@@ -467,96 +736,202 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         max_episode_steps: int | None = None,
         start_method: str | None = None,
         n_workers: int | None = None,
+        on_env_error: str = "raise",
+        max_restarts: int = DEFAULT_MAX_RESTARTS,
     ) -> None:
+        check_env_error_policy(on_env_error, max_restarts)
         n_envs = len(env_fns)
         n_workers = min(n_envs, n_workers or mp.cpu_count() or 1)
         bounds = np.linspace(0, n_envs, n_workers + 1).astype(int)
         self._slices = [range(bounds[i], bounds[i + 1]) for i in range(n_workers)]
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        ctx = mp.get_context(start_method)
+        self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
             # Workers fork from the server with this module (and torch, which SB3 imports) already loaded, instead
             # of importing them anew in every worker of every vectorized env, which takes seconds each time.
-            ctx.set_forkserver_preload(["__main__", __name__])  # type: ignore[attr-defined]
+            self._ctx.set_forkserver_preload(["__main__", __name__])  # type: ignore[attr-defined]
+        self._env_fns = list(env_fns)
         self.closed = False
-        self.remotes, self.processes = [], []
-        for env_slice in self._slices:
-            remote, work_remote = ctx.Pipe()
-            wrapper = CloudpickleWrapper([env_fns[i] for i in env_slice])
-            process = ctx.Process(target=_worker, args=(work_remote, remote, wrapper), daemon=True)  # type: ignore[attr-defined]
-            process.start()
-            work_remote.close()
-            self.remotes.append(remote)
-            self.processes.append(process)
+        # Until the env is built, a failing worker raises whatever on_env_error says.
+        self._started = False
+        self.remotes: list[Connection] = []
+        self.processes: list[Any] = []
+        # Replies each worker owes (a command interrupted by Ctrl-C leaves one): read before the next command.
+        self._awaiting: list[int] = []
+        self._dead: dict[int, _WorkerDied] = {}
+        for worker in range(n_workers):
+            self.remotes.append(None)  # type: ignore[arg-type]
+            self.processes.append(None)
+            self._awaiting.append(0)
+            self._start_worker(worker)
         self._max_episode_steps = None
-        agents, observation_spaces, action_spaces = self._request(0, "spaces", None)
-        super().__init__(n_envs, agents, observation_spaces, action_spaces)
+        agents, observation_spaces, action_spaces = self._command(0, "spaces", None)
+        super().__init__(
+            n_envs, agents, observation_spaces, action_spaces, on_env_error=on_env_error, max_restarts=max_restarts
+        )
         if max_episode_steps is not None:
             self.max_episode_steps = max_episode_steps
+        self._started = True
+
+    def _start_worker(self, worker: int) -> None:
+        """Start the process of ``worker`` (a new one, after closing what is left of the old one)."""
+        old_remote, old_process = self.remotes[worker], self.processes[worker]
+        if old_remote is not None:
+            old_remote.close()
+        if old_process is not None:
+            if old_process.is_alive():
+                old_process.kill()
+            old_process.join(timeout=5)
+        remote, work_remote = self._ctx.Pipe()
+        wrapper = CloudpickleWrapper([self._env_fns[i] for i in self._slices[worker]])
+        process = self._ctx.Process(target=_worker, args=(work_remote, remote, wrapper), daemon=True)  # type: ignore[attr-defined]
+        process.start()
+        work_remote.close()
+        self.remotes[worker], self.processes[worker] = remote, process
+        self._awaiting[worker] = 0
+
+    def _worker_lost(self, worker: int, what: str) -> None:
+        reason = f"worker {worker} (env copies {list(self._slices[worker])}) {what}"
+        if self._started and self.on_env_error == "restart":
+            raise _WorkerDied(reason)
+        self._fail(reason)
 
     def _receive(self, worker: int) -> Any:
         remote, process = self.remotes[worker], self.processes[worker]
-        while not remote.poll(1.0):
-            if not process.is_alive():
-                self._fail(f"worker {worker} (env copies {list(self._slices[worker])}) died with exit code {process.exitcode}")
         try:
+            while not remote.poll(1.0):
+                if not process.is_alive():
+                    self._worker_lost(worker, f"died with exit code {process.exitcode}")
             status, payload = remote.recv()
-        except (EOFError, ConnectionResetError):
+        except (EOFError, ConnectionResetError, BrokenPipeError):
             # A worker that dies closes its end of the pipe (reset, if it dies while starting up): wait for its
             # exit code, which says why.
             process.join(timeout=1.0)
-            self._fail(
-                f"worker {worker} (env copies {list(self._slices[worker])}) closed its pipe unexpectedly "
-                f"(exit code {process.exitcode})"
-            )
+            self._worker_lost(worker, f"closed its pipe unexpectedly (exit code {process.exitcode})")
+        self._awaiting[worker] -= 1
         if status == "error":
-            self._fail(f"an env copy in worker {worker} (env copies {list(self._slices[worker])}) raised:\n{payload}")
+            self._worker_lost(worker, f"raised:\n{payload}")
         return payload
 
     def _fail(self, message: str) -> None:
         self.close()
         raise RuntimeError(f"SubprocMultiAgentVecEnv: {message}")
 
+    def _env_error(self, message: str, failure: CopyFailure | str) -> None:
+        self._fail(message)
+
     def _send(self, worker: int, command: str, data: Any) -> None:
+        while self._awaiting[worker] > 0:
+            self._receive(worker)  # the reply to a command that was interrupted: discarded
         try:
             self.remotes[worker].send((command, data))
         except (BrokenPipeError, ConnectionResetError):
             # The worker is gone, e.g. it died while starting up (an env factory that cannot be unpickled there).
             self.processes[worker].join(timeout=1.0)
-            self._fail(
-                f"worker {worker} (env copies {list(self._slices[worker])}) is gone "
-                f"(exit code {self.processes[worker].exitcode})"
-            )
+            self._worker_lost(worker, f"is gone (exit code {self.processes[worker].exitcode})")
+        self._awaiting[worker] += 1
 
     def _request(self, worker: int, command: str, data: Any) -> Any:
         self._send(worker, command, data)
         return self._receive(worker)
 
+    def _command(self, worker: int, command: str, data: Any) -> Any:
+        """A request outside ``step`` and ``reset``: a worker that dies meanwhile makes it raise."""
+        try:
+            return self._request(worker, command, data)
+        except _WorkerDied as death:
+            self._fail(death.reason)
+
     def _broadcast(self, command: str, per_worker_data: Sequence[Any]) -> list[Any]:
         if self.closed:
             raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
-        for worker, data in enumerate(per_worker_data):
-            self._send(worker, command, data)
-        return [self._receive(worker) for worker in range(len(self.remotes))]
+        try:
+            for worker, data in enumerate(per_worker_data):
+                self._send(worker, command, data)
+            return [self._receive(worker) for worker in range(len(self.remotes))]
+        except _WorkerDied as death:
+            self._fail(death.reason)
+            raise  # unreachable: _fail raises
 
     def _set_max_episode_steps(self, value: int | None) -> None:
         self._broadcast("max_episode_steps", [value] * len(self.remotes))
 
+    # --- Restarts ---------------------------------------------------------------------------------------------
+
+    def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
+        worker = next(w for w, env_slice in enumerate(self._slices) if env_idx in env_slice)
+        return self._request(worker, "restart", (env_idx - self._slices[worker].start, seed))
+
+    def _replace_worker(self, worker: int, reason: str) -> list[_Rebuilt]:
+        """Start a dead worker anew: all its copies are rebuilt (one restart each) and reset with new seeds."""
+        while True:
+            for env_idx in self._slices[worker]:
+                self._count_restart(env_idx, reason)
+            self._start_worker(worker)
+            try:
+                if self._max_episode_steps is not None:
+                    self._request(worker, "max_episode_steps", self._max_episode_steps)
+                seeds = [(self._restart_seed(env_idx), None) for env_idx in self._slices[worker]]
+                rebuilt = []
+                for env_idx, result in zip(self._slices[worker], self._request(worker, "reset", seeds), strict=True):
+                    if isinstance(result, CopyFailure):
+                        rebuilt.append(self._restart_copy(env_idx, result))
+                    else:
+                        obs, infos, alive = result
+                        rebuilt.append(_Rebuilt(obs, infos, alive, reason))
+                return rebuilt
+            except _WorkerDied as death:
+                reason = death.reason
+
+    def _send_to_all(self, command: str, per_worker_data: Sequence[Any]) -> None:
+        """Send a step or reset to every worker; a dead one is noted, for its results to be replaced."""
+        if self.closed:
+            raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
+        for worker, data in enumerate(per_worker_data):
+            try:
+                self._send(worker, command, data)
+            except _WorkerDied as death:
+                self._dead[worker] = death
+
+    def _results_of(self, worker: int) -> list[Any]:
+        death = self._dead.pop(worker, None)
+        if death is not None:
+            raise death
+        return self._receive(worker)
+
     def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
-        data = [[(self._seeds[i], self._options[i]) for i in env_slice] for env_slice in self._slices]
-        results = [result for worker_results in self._broadcast("reset", data) for result in worker_results]
+        self._send_to_all("reset", [[(self._seeds[i], self._options[i]) for i in env_slice] for env_slice in self._slices])
+        results: list[tuple[dict, dict, str | None]] = []
+        for worker, env_slice in enumerate(self._slices):
+            try:
+                worker_results = [
+                    self._resolve_reset(env_idx, result)
+                    for env_idx, result in zip(env_slice, self._results_of(worker), strict=True)
+                ]
+            except _WorkerDied as death:
+                worker_results = [(r.obs, r.infos, r.error) for r in self._replace_worker(worker, death.reason)]
+            results.extend(worker_results)
         return self._collect_reset(results)
 
     def step_async(self, actions: dict[AgentID, np.ndarray]) -> None:  # type: ignore[override]
         if self.closed:
             raise RuntimeError("SubprocMultiAgentVecEnv: the env is closed")
         per_copy = self._split_actions(actions)
-        for worker, env_slice in enumerate(self._slices):
-            self._send(worker, "step", [per_copy[i] for i in env_slice])
+        self._send_to_all("step", [[per_copy[i] for i in env_slice] for env_slice in self._slices])
 
     def _wait_agents(self) -> MultiAgentStep:
-        results = [result for worker in range(len(self.remotes)) for result in self._receive(worker)]
+        results: list[_Resolved] = []
+        for worker, env_slice in enumerate(self._slices):
+            try:
+                worker_results = [
+                    self._resolve_step(env_idx, result)
+                    for env_idx, result in zip(env_slice, self._results_of(worker), strict=True)
+                ]
+            except _WorkerDied as death:
+                # Every copy of the worker is rebuilt: all their episodes in progress are lost.
+                worker_results = [_lost_episode(rebuilt) for rebuilt in self._replace_worker(worker, death.reason)]
+            results.extend(worker_results)
         return self._collect_step(results)
 
     def close(self) -> None:
@@ -590,18 +965,18 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         return [
             value
             for worker, local in self._by_worker(indices)
-            for value in self._request(worker, "get_attr", (local, attr_name))
+            for value in self._command(worker, "get_attr", (local, attr_name))
         ]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         for worker, local in self._by_worker(indices):
-            self._request(worker, "set_attr", (local, attr_name, value))
+            self._command(worker, "set_attr", (local, attr_name, value))
 
     def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
         return [
             value
             for worker, local in self._by_worker(indices)
-            for value in self._request(worker, "env_method", (local, method_name, method_args, method_kwargs))
+            for value in self._command(worker, "env_method", (local, method_name, method_args, method_kwargs))
         ]
 
 
@@ -611,6 +986,8 @@ def make_vec_env(
     seed: int | None = None,
     vec_env_cls: str = "dummy",
     env_kwargs: dict[str, Any] | None = None,
+    on_env_error: str = "raise",
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
 ) -> MultiAgentVecEnv:
     """Run ``n_envs`` copies of a PettingZoo env, each resetting itself at the end of its episodes.
 
@@ -621,10 +998,19 @@ def make_vec_env(
     :param seed: Copy ``i`` is seeded with ``seed + i`` at its first reset (None: unseeded).
     :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes.
     :param env_kwargs: Keyword arguments for ``env_fn``.
+    :param on_env_error: What a copy whose env raises in ``step`` or ``reset`` (or whose worker process dies)
+        does: ``"raise"`` a ``RuntimeError`` with the env's traceback; ``"restart"``: the copy is rebuilt from
+        ``env_fn``, reseeded (``seed + i + k * n_envs`` at its ``k``-th restart) and reset, only its episode in
+        progress is lost, and the step reports it (``infos[i]["env_restarted"]``, ``MultiAgentStep.restarted``),
+        which IPPO counts (``rollout/env_restarts``, ``rollout/episodes_lost``).
+    :param max_restarts: With ``"restart"``: the restarts allowed in all (every rebuilt copy counts one); the next
+        failure raises.
     """
     if not callable(env_fn):
+        made = is_parallel_env(env_fn) or isinstance(env_fn, AECEnv)
         raise TypeError(
-            f"env_fn must be a callable that returns a PettingZoo env (e.g. simple_spread_v3.parallel_env), got {env_fn!r}"
+            "env_fn must be a callable that returns a PettingZoo env (e.g. simple_spread_v3.parallel_env, not called), "
+            f"got {'the env ' if made else ''}{env_fn!r}"
         )
     if isinstance(env_fn, type) and issubclass(env_fn, gym.Env):
         raise TypeError(f"{env_fn.__name__} is a gymnasium env; make_vec_env needs a factory of PettingZoo envs")
@@ -637,20 +1023,21 @@ def make_vec_env(
 
     env_fns = [make_env for _ in range(n_envs)]
     vec_env: MultiAgentVecEnv
+    check_env_error_policy(on_env_error, max_restarts)
     from sb3_ippo.turn_based import make_turn_based_vec_env, needs_turns  # turn_based builds on this module
 
     probe = make_env()
     if needs_turns(probe):  # an AEC game that cannot run in parallel: its copies are stepped turn by turn
-        vec_env = make_turn_based_vec_env([lambda: probe, *env_fns[1:]], vec_env_cls)
+        vec_env = make_turn_based_vec_env([lambda: probe, *env_fns[1:]], vec_env_cls, on_env_error, max_restarts)
         if seed is not None:
             vec_env.seed(seed)
         return vec_env
-    if hasattr(probe, "close"):
+    if not isinstance(probe, type) and callable(getattr(probe, "close", None)):
         probe.close()
     if vec_env_cls == "dummy":
-        vec_env = DummyMultiAgentVecEnv(env_fns)
+        vec_env = DummyMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
     elif vec_env_cls == "subproc":
-        vec_env = SubprocMultiAgentVecEnv(env_fns)
+        vec_env = SubprocMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
     else:
         raise ValueError(f"vec_env_cls must be 'dummy' or 'subproc', got {vec_env_cls!r}")
     if seed is not None:
@@ -664,6 +1051,12 @@ def as_multiagent_vec_env(env: Any) -> MultiAgentVecEnv:
         return env
     if env is None:
         raise ValueError("An environment is needed: pass a PettingZoo ParallelEnv, an AECEnv, or make_vec_env(...)")
+    if isinstance(env, VecNormalize):
+        raise TypeError(
+            "Got an SB3 VecNormalize: IPPO normalizes per agent itself. Pass the PettingZoo env or "
+            "sb3_ippo.make_vec_env(...) unwrapped, with IPPO(..., normalize_obs=True) for observations (and "
+            "normalize_returns=True, the default, for value targets)."
+        )
     if isinstance(env, VecEnv):
         raise TypeError(
             f"Got the SB3 VecEnv {env}; sb3_ippo needs a PettingZoo env or sb3_ippo.make_vec_env(env_fn, n_envs=...)"

@@ -37,7 +37,8 @@ def test_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert "ratio IPPO/peer" in capsys.readouterr().out
 
 
-def test_throughput_skrl_column_smoke() -> None:
+def test_throughput_skrl_column_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # skrl writes its checkpoints into runs/ under the working folder
     medians = load_benchmark("throughput").main(
         ["--rounds", "1", "--timesteps", "50", "--batch-size", "50", "--skrl", *TINY]
     )

@@ -1,60 +1,489 @@
-"""The command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate``."""
+"""The command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate``.
+
+Every run here is tiny (simple_spread with 2 agents and 10-step episodes, 16-unit networks, 2 passes) and writes
+only into pytest's tmp_path.
+"""
 
 from __future__ import annotations
 
+import csv
+import importlib.abc
 import json
 import pathlib
 import subprocess
 import sys
+import zipfile
+from typing import Any
 
 import pytest
+import torch as th
+from mpe2 import simple_spread_v3
 
 from sb3_ippo import IPPO
-from sb3_ippo.cli import literal, main, parse_env_kwargs
+from sb3_ippo.cli import literal, main, to_text, wrapper_spec
+from tests.test_run import assert_same_parameters, parameters
 
-TINY = ["--n-epochs", "2", "--n-episodes", "2", "--policy-kwargs", "dict(net_arch=[16])"]
+SMALL_ENV = ["--env-kwargs", "N=2", "max_cycles=10"]
+TINY = ["--n-epochs", "2", "--n-episodes", "2", "--policy-kwargs", "dict(net_arch=[16])", "--no-progress-bar"]
+QUICK = [*SMALL_ENV, *TINY, "--timesteps", "100", "--n-envs", "2", "--eval-episodes", "0"]
 
 
-def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+def train(out: pathlib.Path, *options: str) -> pathlib.Path:
+    main(["train", "--out", str(out), *QUICK, *options])
+    return out
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the command line, expect an argparse usage error (exit status 2) and return what it printed."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ") and "Traceback" not in err
+    return err
+
+
+# --- train ---------------------------------------------------------------------------------------------------------
+
+
+def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    options = ["--timesteps", "300", "--n-envs", "2", "--eval-episodes", "2", "--no-progress-bar", *TINY]
-    main(["train", *options, "--out", str(out)])
+    main(["train", "--timesteps", "200", "--n-envs", "2", "--eval-episodes", "2", "--out", str(out), *TINY])
     assert {path.name for path in out.iterdir()} == {"model.zip", "progress.csv", "learning_curve.png", "run.json"}
     run = json.loads((out / "run.json").read_text())
     assert run["env"] == "mpe2.simple_spread_v3" and run["env_kwargs"] == {"N": 3, "max_cycles": 25}
     assert run["hyperparameters"]["n_epochs"] == 2 and run["hyperparameters"]["policy_kwargs"] == {"net_arch": [16]}
     model = IPPO.load(out / "model.zip")
-    assert model.n_epochs == 2 and model.num_timesteps >= 300
-    assert "Team return over 2 evaluation episodes" in capsys.readouterr().out
+    assert model.n_epochs == 2 and model.num_timesteps >= 200
+    printed = capsys.readouterr().out
+    assert "Final evaluation: 2 episodes, deterministic actions" in printed
+    assert all(f"\n  {agent} " in printed for agent in ("team return", "agent_0", "agent_1", "agent_2"))
 
 
-def test_evaluate_reads_the_env_from_the_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
+def test_run_file_holds_every_setting(tmp_path: pathlib.Path) -> None:
+    run = json.loads((train(tmp_path / "run", "--seed", "3") / "run.json").read_text())
+    for key, value in {"seed": 3, "n_envs": 2, "policy": "MlpPolicy", "vec_env": "dummy", "timesteps": 100}.items():
+        assert run[key] == value, key
+    # Every hyperparameter, the defaults too, so that a later change of a default does not change the re-run.
+    assert run["hyperparameters"]["gamma"] == 0.99 and run["hyperparameters"]["n_steps"] is None
+    assert run["command"].startswith("python -m sb3_ippo train --env mpe2.simple_spread_v3")
+
+
+def test_the_command_in_run_json_reproduces_the_training(tmp_path: pathlib.Path) -> None:
+    first = train(tmp_path / "first", "--learning-rate", "lin_1e-3")
+    run = json.loads((first / "run.json").read_text())
+    main([*run["argv"], "--out", str(tmp_path / "second"), "--no-progress-bar"])
+    again = json.loads((tmp_path / "second" / "run.json").read_text())
+    assert again["argv"] == run["argv"]
+    second = IPPO.load(tmp_path / "second" / "model.zip")
+    assert_same_parameters(parameters(IPPO.load(first / "model.zip")), parameters(second))
+
+
+def test_train_without_matplotlib_says_how_to_get_plots_and_completes(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    out = train(tmp_path / "run", "--eval-episodes", "1")
+    printed = capsys.readouterr().out
+    assert "matplotlib is not installed (pip install matplotlib" in printed
+    assert "Final evaluation" in printed  # the run went on after the plot
+    assert (out / "model.zip").is_file() and not (out / "learning_curve.png").exists()
+
+
+class HiddenPackage(importlib.abc.MetaPathFinder):
+    """Imports of ``package`` (and its submodules) fail as they do when it is not installed."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == self.package or fullname.startswith(self.package + "."):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+
+
+def hide(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
+    for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [HiddenPackage(package), *sys.meta_path])
+
+
+@pytest.mark.parametrize(
+    ("package", "options", "message"),
+    [
+        ("mpe2", [], "Cannot import the env module 'mpe2.simple_spread_v3' (No module named 'mpe2'): pip install mpe2"),
+        ("supersuit", ["--wrappers", "flatten"], "Wrappers come from SuperSuit, which is not installed: pip install"),
+        ("tensorboard", ["--tensorboard-log", "tb"], "TensorBoard is not installed: pip install tensorboard"),
+    ],
+)
+def test_a_missing_optional_package_is_a_usage_error_saying_what_to_install(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, package: str,
+    options: list[str], message: str,
+) -> None:
+    hide(monkeypatch, package)
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *options])
+    assert message in " ".join(err.split())
+
+
+def test_video_without_moviepy_is_a_usage_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = train(tmp_path / "run")
+    hide(monkeypatch, "moviepy")
+    err = usage_error(capsys, ["evaluate", str(out), "--video", str(tmp_path / "out.mp4")])
+    assert "recording needs moviepy: pip install moviepy" in err
+
+
+def test_no_progress_bar_without_tqdm_and_rich(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hide(monkeypatch, "rich")
+    main(["train", "--out", str(tmp_path / "run"), *SMALL_ENV, "--timesteps", "40", "--n-envs", "1", "--n-episodes", "2",
+          "--n-epochs", "1", "--eval-episodes", "0"])  # a progress bar asked for, but SB3's needs rich
+    assert (tmp_path / "run" / "model.zip").is_file()
+
+
+def test_a_budget_too_small_for_an_update_says_so_and_completes(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.warns(UserWarning, match="without a single update"):
+        out = train(tmp_path / "run", "--timesteps", "4", "--eval-episodes", "1")
+    printed = capsys.readouterr().out
+    assert "IPPO.learn ended after 4 env steps without a single update" in printed  # through the SB3 logger too
+    assert "No learning curve:" in printed and "Final evaluation" in printed
+    assert (out / "model.zip").is_file()
+
+
+def test_out_that_is_a_file_is_a_usage_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "taken").write_text("")
+    assert "is a file, not a folder" in usage_error(capsys, ["train", "--out", str(tmp_path / "taken")])
+
+
+def test_learning_curve_has_a_panel_per_agent(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sb3_ippo.plotting import read_curves
+
+    out = train(tmp_path / "run")
+    assert list(read_curves(out / "progress.csv")) == ["team", "agent_0", "agent_1"]
+    assert (out / "learning_curve.png").stat().st_size > 0
+
+
+def test_per_agent_keys_go_to_the_csv_but_to_stdout_only_at_verbose_2(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train(tmp_path / "quiet", "--verbose", "1")
+    quiet = capsys.readouterr().out
+    with (tmp_path / "quiet" / "progress.csv").open() as file:
+        columns = next(csv.reader(file))
+    assert "train/agent_0/policy_loss" in columns and "rollout/agent_0/ep_rew_mean" in columns
+    assert "ep_rew_mean" in quiet and "agent_0/" not in quiet
+    train(tmp_path / "loud", "--verbose", "2")
+    assert "agent_0/policy_loss" in capsys.readouterr().out
+
+
+def test_stdout_prints_at_most_every_print_every_env_steps(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train(tmp_path / "every", "--print-every", "0")
+    with (tmp_path / "every" / "progress.csv").open() as file:
+        rows = len(list(csv.DictReader(file)))
+    assert rows >= 4 and capsys.readouterr().out.count("| rollout/") == rows
+    train(tmp_path / "rarely", "--print-every", "60")
+    assert capsys.readouterr().out.count("| rollout/") == 2  # at the first dump (20 steps), then 60 steps later
+    train(tmp_path / "silent", "--verbose", "0")
+    assert "| rollout/" not in capsys.readouterr().out
+
+
+def test_tensorboard_checkpoints_and_evaluation_during_training(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("tensorboard")
+    out = train(
+        tmp_path / "run", "--tensorboard-log", str(tmp_path / "tb"), "--checkpoint-freq", "40", "--eval-freq", "40",
+        "--n-eval-episodes", "1",
+    )
+    assert list((tmp_path / "tb" / "IPPO_1").glob("events.out.tfevents.*"))
+    assert len(list((out / "checkpoints").glob("model_*_steps.zip"))) >= 2
+    assert (out / "best_model.zip").is_file() and (out / "eval" / "evaluations.npz").is_file()
+    with (out / "progress.csv").open() as file:
+        assert "eval/mean_reward" in next(csv.reader(file))
+
+
+def test_log_interval_that_would_write_no_curve_is_refused(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 100 env steps of 10-step episodes, 2 per update: about 5 updates.
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *QUICK, "--log-interval", "50"])
+    assert "--log-interval: 50 would write no learning curve" in err and "about 5 updates" in err
+    assert not (tmp_path / "run").exists()
+    train(tmp_path / "run", "--log-interval", "2")  # 2 rows or so: accepted
+    assert (tmp_path / "run" / "learning_curve.png").exists()
+
+
+def test_hyperparameter_file_one_section_per_env(tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "ippo.yml"
+    file.write_text(
+        "mpe2.simple_adversary_v3:\n"
+        "  n_epochs: 7\n"
+        "simple_spread_v3:\n"  # the env's short name works too
+        "  n_timesteps: !!float 1e2\n"
+        "  n_envs: 1\n"
+        "  env_kwargs: {N: 2, max_cycles: 10}\n"
+        "  n_epochs: 3\n"
+        "  n_episodes: 2\n"
+        "  gamma: 0.9\n"
+        "  learning_rate: lin_1e-3\n"
+        "  policy_kwargs: 'dict(net_arch=[16], activation_fn=nn.ReLU)'\n"
+    )
+    out = tmp_path / "run"
+    main(["train", "--hyperparams", str(file), "--n-epochs", "4", "--out", str(out), "--no-progress-bar",
+          "--eval-episodes", "0"])
+    model = IPPO.load(out / "model.zip")
+    assert model.n_epochs == 4  # the command line wins over the file
+    assert model.gamma == 0.9 and model.n_envs == 1 and model.possible_agents == ["agent_0", "agent_1"]
+    assert model.lr_schedule(1.0) == pytest.approx(1e-3) and model.lr_schedule(0.5) == pytest.approx(5e-4)
+    assert model.policy_kwargs["activation_fn"] is th.nn.ReLU
+    run = json.loads((out / "run.json").read_text())
+    assert run["timesteps"] == 100 and run["hyperparameters"]["learning_rate"] == "lin_1e-3"
+    assert run["hyperparameters"]["policy_kwargs"] == {"net_arch": [16], "activation_fn": "nn.ReLU"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("simple_spread_v3:\n  n_epoch: 3\n", "unknown key 'n_epoch'; valid keys"),
+        ("simple_spread_v3:\n  clip_range: -0.1\n", "clip_range must be a positive number"),
+        ("simple_spread_v3:\n  n_envs: 0\n", "n_envs: must be a positive integer"),
+        ("simple_spread_v3:\n  wrappers: [no_such_wrapper]\n", "Unknown SuperSuit wrapper 'no_such_wrapper'"),
+        ("simple_spread_v3:\n  policy: MLPPolicy\n", "policy: must be one of"),
+        ("pistonball_v6:\n  n_epochs: 3\n", "has no section for mpe2.simple_spread_v3: its sections are pistonball_v6"),
+        ("- just a list\n", "must map env ids to sections"),
+        ("simple_spread_v3: [\n", "is not valid YAML"),
+    ],
+)
+def test_hyperparameter_file_mistakes_are_usage_errors(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    file = tmp_path / "ippo.yml"
+    file.write_text(content)
+    assert message in usage_error(capsys, ["train", "--hyperparams", str(file), "--out", str(tmp_path / "run")])
+
+
+def test_supersuit_wrapper_chain_on_pistonball(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pymunk")
+    out = tmp_path / "piston"
+    main(
+        ["train", "--env", "pettingzoo.butterfly.pistonball_v6", "--env-kwargs", "n_pistons=3", "max_cycles=8",
+         "continuous=False", "--wrappers", "color_reduction", "resize:x_size=40,y_size=40", "frame_stack",
+         "--policy", "CnnPolicy", "--timesteps", "16", "--n-envs", "1", "--n-episodes", "1", "--n-epochs", "1",
+         "--policy-kwargs", "dict(net_arch=[8], features_extractor_kwargs=dict(features_dim=8))",
+         "--eval-episodes", "1", "--no-progress-bar", "--verbose", "0", "--out", str(out)]
+    )
+    model = IPPO.load(out / "model.zip")
+    assert model.observation_spaces["piston_0"].shape == (40, 40, 4)  # gray, resized, 4 frames stacked
+    assert model.policy_version >= 1
+    run = json.loads((out / "run.json").read_text())
+    assert run["wrappers"] == ["color_reduction_v0", "resize_v1:x_size=40,y_size=40", "frame_stack_v2"]
+    capsys.readouterr()
+    main(["evaluate", str(out), "--episodes", "1"])  # the wrappers come back from run.json
+    assert "with wrappers color_reduction_v0 resize_v1" in capsys.readouterr().out
+
+
+def test_wrappers_take_defaults_and_keyword_arguments() -> None:
+    pytest.importorskip("supersuit")
+    assert wrapper_spec("resize").resolved().kwargs == {"x_size": 84, "y_size": 84}
+    assert wrapper_spec("reshape:shape=(84,84,1)").kwargs == {"shape": (84, 84, 1)}
+    assert wrapper_spec("dtype:dtype=float32").kwargs == {"dtype": "float32"}
+    assert wrapper_spec("frame_stack_v1:stack_size=3").resolved().name == "frame_stack_v1"
+
+
+def test_module_entry_point_shows_full_help_with_defaults() -> None:
+    result = subprocess.run([sys.executable, "-m", "sb3_ippo", "train", "--help"], capture_output=True, text=True, check=True)
+    text = " ".join(result.stdout.split())
+    assert "--timesteps" in text and "--max-version-lag" in text and "--hyperparams" in text and "--wrappers" in text
+    # The whole docstring of every hyperparameter (policy_kwargs' used to be cut at "e.g."), with its default.
+    assert "Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``. (default: None)" in text
+    for default in ("(default: 200000)", "(default: 8)", "(default: dummy)", "(default: MlpPolicy)", "(default: 0.02)"):
+        assert default in text, default
+
+
+# --- usage errors ---------------------------------------------------------------------------------------------------
+
+BAD_TRAIN_OPTIONS = [
+    (["--target-kl", "nothing"], "argument --target-kl: expected a number or None, got 'nothing'"),
+    (["--target-kl", "-1"], "target_kl must be a positive number or None"),
+    (["--env-kwargs", "N"], "argument --env-kwargs: expected KEY=VALUE"),
+    (["--timesteps", "0"], "argument --timesteps: expected a positive integer"),
+    (["--timesteps", "lots"], "argument --timesteps: expected a positive integer"),
+    (["--n-envs", "-2"], "argument --n-envs: expected a positive integer"),
+    (["--clip-range", "-0.1"], "clip_range must be a positive number"),
+    (["--clip-range-vf", "0"], "clip_range_vf must be None"),
+    (["--learning-rate", "0"], "learning_rate must be a positive number"),
+    (["--learning-rate", "lin_x"], "argument --learning-rate: expected a number or lin_<number>"),
+    (["--gamma", "1.5"], "gamma must be a number in [0, 1]"),
+    (["--gae-lambda", "-0.1"], "gae_lambda must be a number in [0, 1]"),
+    (["--ent-coef", "-0.01"], "ent_coef must be a number >= 0"),
+    (["--vf-coef", "nan"], "vf_coef must be a number >= 0"),
+    (["--max-grad-norm", "0"], "max_grad_norm must be a positive number or None"),
+    (["--batch-size", "2.5"], "argument --batch-size: expected an integer or None"),
+    (["--n-epochs", "None"], "argument --n-epochs: expected an integer, got 'None'"),
+    (["--normalize-obs", "maybe"], "argument --normalize-obs: expected True or False"),
+    (["--policy-kwargs", "net_arch"], 'argument --policy-kwargs: expected a dict, e.g. "dict(net_arch=[64, 64])"'),
+    (["--policy-kwargs", "dict(activation_fn=nn.Relu)"], "torch.nn has no module 'Relu'"),
+    (["--policy", "MLPPolicy"], "argument --policy: invalid choice: 'MLPPolicy'"),
+    (["--vec-env", "ray"], "argument --vec-env: invalid choice: 'ray'"),
+    (["--device", "gpu0"], "argument --device: expected auto, cpu, cuda"),
+    (["--verbose", "3"], "argument --verbose: invalid choice: 3"),
+    (["--seed", "-1"], "argument --seed: expected an integer >= 0"),
+    (["--log-interval", "0"], "argument --log-interval: expected a positive integer"),
+    (["--n-episodes", "None"], "n_episodes and n_steps are both None"),
+    (["--n-episodes", "None", "--log-interval", "3"], "n_episodes and n_steps are both None"),
+    (["--max-version-lag", "0", "--async-training", "True"], "max_version_lag >= 1"),
+    (["--max-buffered-episodes", "1", "--n-episodes", "4"], "max_buffered_episodes (1) must be at least n_episodes (4)"),
+    (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
+    (["--env", "no_such_package.some_env"], "pip install no_such_package"),
+    (["--env", "pettingzoo.utils"], "has neither parallel_env() nor env()"),
+    (["--env-kwargs", "N=many"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'many'}"),
+    (["--env-kwargs", "colour=1"], "unexpected keyword argument 'colour'"),
+    (["--wrappers", "resiz"], "Unknown SuperSuit wrapper 'resiz': choose from"),
+    (["--wrappers", "resize:x=3"], "The wrapper resize has no argument x: its arguments are x_size, y_size"),
+    (["--wrappers", "resize:64"], "its arguments are KEY=VALUE"),
+    (["--wrappers", "reshape"], "The wrapper reshape needs shape: e.g. reshape:shape=VALUE"),
+    (["--hyperparams", "no_such_file.yml"], "argument --hyperparams: cannot read no_such_file.yml"),
+    (["--eval-episodes", "-1"], "argument --eval-episodes: expected an integer >= 0"),
+    (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_TRAIN_OPTIONS, ids=[" ".join(o) for o, _ in BAD_TRAIN_OPTIONS])
+def test_a_bad_train_option_is_a_usage_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), "--timesteps", "10", *options])
+    assert message in " ".join(err.split()), err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+# --- evaluate -------------------------------------------------------------------------------------------------------
+
+
+def test_evaluate_reads_the_env_from_the_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "adversary"
-    options = ["--env", "mpe2.simple_adversary_v3", "--env-kwargs", "max_cycles=10", "--timesteps", "100", "--n-envs", "1"]
-    main(["train", *options, "--out", str(out), "--eval-episodes", "0", "--no-progress-bar", *TINY])
+    main(["train", "--env", "mpe2.simple_adversary_v3", "--env-kwargs", "max_cycles=10", "--timesteps", "100",
+          "--n-envs", "1", "--out", str(out), "--eval-episodes", "0", *TINY])
     capsys.readouterr()
     main(["evaluate", str(out / "model.zip"), "--episodes", "2"])
     printed = capsys.readouterr().out
-    assert "mpe2.simple_adversary_v3" in printed and "'max_cycles': 10" in printed and "team return over 2 episodes" in printed
+    assert "mpe2.simple_adversary_v3 {'max_cycles': 10}: 2 episodes, deterministic actions" in printed
+    for name in ("team return", "adversary_0", "agent_0", "agent_1"):
+        assert f"\n  {name} " in printed, name
 
 
-def test_module_entry_point_shows_help() -> None:
-    result = subprocess.run([sys.executable, "-m", "sb3_ippo", "train", "--help"], capture_output=True, text=True, check=True)
-    assert "--timesteps" in result.stdout and "--n-episodes" in result.stdout and "--max-version-lag" in result.stdout
+def test_evaluate_a_run_folder_uses_its_model(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = train(tmp_path / "run")
+    capsys.readouterr()
+    result = main(["evaluate", str(out), "--episodes", "2", "--stochastic"])
+    assert result == 0
+    assert "{'N': 2, 'max_cycles': 10}: 2 episodes, stochastic (sampled) actions" in capsys.readouterr().out
 
 
-def test_unknown_env_module_is_a_clear_error(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(SystemExit, match=r"Cannot import the env module 'mpe2\.no_such_env'"):
-        main(["train", "--env", "mpe2.no_such_env", "--out", str(tmp_path)])
+def test_evaluate_a_model_moved_away_from_its_run_file_reads_the_env_from_the_zip(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = train(tmp_path / "run")
+    moved = tmp_path / "elsewhere" / "spread.zip"
+    moved.parent.mkdir()
+    (out / "model.zip").rename(moved)
+    assert "run.json" in zipfile.ZipFile(moved).namelist()
+    capsys.readouterr()
+    main(["evaluate", str(moved), "--episodes", "1"])
+    assert "mpe2.simple_spread_v3 {'N': 2, 'max_cycles': 10}" in capsys.readouterr().out
 
 
-def test_evaluating_a_missing_model_is_a_clear_error(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(SystemExit, match="No model at"):
-        main(["evaluate", str(tmp_path / "nothing.zip")])
+def test_evaluate_a_zip_saved_from_python_asks_for_the_env(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    IPPO("MlpPolicy", simple_spread_v3.parallel_env(N=2), policy_kwargs=dict(net_arch=[8])).save(tmp_path / "m.zip")
+    err = usage_error(capsys, ["evaluate", str(tmp_path / "m.zip")])
+    assert "argument --env:" in err and "give it with --env MODULE" in " ".join(err.split())
+    # With the wrong env: a usage error naming the agent, not a traceback.
+    err = usage_error(capsys, ["evaluate", str(tmp_path / "m.zip"), "--env", "mpe2.simple_spread_v3"])
+    assert "agent 'agent_2'" in err and "--env-kwargs" in err
+    main(["evaluate", str(tmp_path / "m.zip"), "--env", "mpe2.simple_spread_v3", "--env-kwargs", "N=2", "--episodes", "1"])
+    assert "team return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("nothing.zip", "No model at"), ("folder", "has no model.zip"), ("notes.txt", "is not a model zip saved by IPPO")],
+)
+def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str, message: str
+) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert message in usage_error(capsys, ["evaluate", str(tmp_path / target), "--env", "mpe2.simple_spread_v3"])
+
+
+BAD_EVALUATE_OPTIONS = [
+    (["--episodes", "0"], "argument --episodes: expected a positive integer"),
+    (["--seed", "x"], "argument --seed: expected an integer >= 0"),
+    (["--device", "tpu9"], "argument --device: expected auto, cpu, cuda"),
+    (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
+    (["--env-kwargs", "N=two"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'two'}"),
+    (["--env-kwargs", "N=3"], "does not fit the env mpe2.simple_spread_v3 {'N': 3}: The env's agents differ"),
+    (["--env", "mpe2.simple_adversary_v3"], "does not fit the env mpe2.simple_adversary_v3"),
+    (["--wrappers", "dtype:dtype=float64"], "observation space"),
+    # A 1-D observation cannot be resized: SuperSuit asserts without a message.
+    (["--wrappers", "resize"], "and wrappers resize: AssertionError raised in the env or a wrapper"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_EVALUATE_OPTIONS, ids=[" ".join(o) for o, _ in BAD_EVALUATE_OPTIONS])
+def test_a_bad_evaluate_option_is_a_usage_error(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    out = tmp_path_factory.getbasetemp() / "evaluate_options_run"
+    if not (out / "model.zip").exists():
+        train(out)
+    err = usage_error(capsys, ["evaluate", str(out), "--episodes", "1", *options])
+    assert message in " ".join(err.split()), err
+
+
+def test_evaluate_records_a_video(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("moviepy")
+    import imageio.v2 as imageio
+
+    out = train(tmp_path / "run", "--env-kwargs", "N=2", "max_cycles=20")
+    video = tmp_path / "videos" / "out.mp4"
+    main(["evaluate", str(out), "--episodes", "1", "--video", str(video)])
+    assert f"Saved the video of the 1 episodes to {video}" in capsys.readouterr().out
+    assert video.stat().st_size > 0 and [path.name for path in video.parent.iterdir()] == ["out.mp4"]
+    reader = imageio.get_reader(video)
+    assert reader.get_meta_data()["duration"] >= 2.0  # 21 frames (reset + 20 steps) at simple_spread's 10 fps
+    reader.close()
+
+
+# --- value parsing --------------------------------------------------------------------------------------------------
 
 
 def test_options_parse_python_literals() -> None:
     assert literal("3e-4") == 3e-4 and literal("None") is None and literal("True") is True
     assert literal("dict(net_arch=[64, 64])") == {"net_arch": [64, 64]}
+    assert literal("dict(activation_fn=nn.Tanh)") == {"activation_fn": th.nn.Tanh}
     assert literal("cpu") == "cpu"
-    assert parse_env_kwargs(["N=3", "continuous_actions=True"]) == {"N": 3, "continuous_actions": True}
+
+
+@pytest.mark.parametrize(
+    "value", [3e-4, None, True, {"net_arch": [64, 64]}, {"net_arch": {"pi": [8], "vf": [8]}, "activation_fn": th.nn.ReLU}]
+)
+def test_option_text_parses_back_to_the_value(value: Any) -> None:
+    assert literal(to_text(value)) == value
+
+
+def test_share_parameters_and_groups_on_the_command_line(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "shared"
+    main(["train", "--env", "mpe2.simple_adversary_v3", "--env-kwargs", "max_cycles=10", "--timesteps", "40",
+          "--n-envs", "2", "--out", str(out), "--eval-episodes", "0", *TINY,
+          "--share-parameters", "{'good': True}", "--groups", "{'good': ['agent_0', 'agent_1']}"])
+
+    model = IPPO.load(out / "model.zip")
+    assert dict(model.groups) == {"adversary": ["adversary_0"], "good": ["agent_0", "agent_1"]}
+    assert model.policies["agent_0"] is model.policies["agent_1"]
+    assert model.policies["adversary_0"] is not model.policies["agent_0"]
+
+
+@pytest.mark.parametrize(("option", "value"), [("--share-parameters", "maybe"), ("--groups", "['agent_0']")])
+def test_bad_group_options_are_usage_errors(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
+    assert option in usage_error(capsys, ["train", option, value])

@@ -362,3 +362,37 @@ def test_a_zip_saved_before_groups_existed_still_loads() -> None:
     assert dict(loaded.groups) == {"agent": ["agent_0", "agent_1", "agent_2"]}
     loaded.learn(2 * EPISODE_LENGTH, reset_num_timesteps=False)
     assert loaded.policy_version == int(expected["policy_version"]) + 1
+
+
+@pytest.mark.parametrize("suffix", ["zip", "safetensors"])
+def test_shared_and_stacked_groups_round_trip_through_every_format(tmp_path: Any, suffix: str) -> None:
+    env = simple_adversary_v3.parallel_env(N=3, max_cycles=5)
+    model = make_model(env, share_parameters={"agent": True}, groups={"agent": ["agent_0", "agent_1"]},
+                       group_kwargs={"agent": dict(learning_rate=1e-3)}, normalize_obs=True)
+    model.learn(2 * 5)
+    model.save(tmp_path / f"model.{suffix}")
+
+    loaded = IPPO.load(tmp_path / f"model.{suffix}", env=simple_adversary_v3.parallel_env(N=3, max_cycles=5))
+
+    assert dict(loaded.groups) == dict(model.groups)
+    assert loaded.policies["agent_0"] is loaded.policies["agent_1"]
+    assert loaded._stacked.keys() == model._stacked.keys()
+    assert_same_parameters(parameters(loaded), parameters(model))
+    assert loaded.policies["agent_0"].optimizer.param_groups[0]["lr"] == 1e-3
+    loaded.learn(2 * 5, reset_num_timesteps=False)
+    assert loaded.policy_version == 2
+
+
+def test_export_agent_uses_its_groups_policy_settings(tmp_path: Any) -> None:
+    from stable_baselines3 import PPO
+
+    env = simple_adversary_v3.parallel_env(N=2, max_cycles=5)
+    model = make_model(env, group_kwargs={"adversary": dict(policy_kwargs=dict(net_arch=[8]), learning_rate=1e-3)})
+    model.learn(2 * 5)
+    model.export_agent("adversary_0", tmp_path / "adversary.zip")
+
+    exported = PPO.load(tmp_path / "adversary.zip")
+    obs = np.zeros((3, 8), dtype=np.float32)
+    assert exported.policy.value_net.in_features == 8
+    np.testing.assert_array_equal(exported.predict(obs, deterministic=True)[0],
+                                  model.predict({"adversary_0": obs}, deterministic=True)[0]["adversary_0"])

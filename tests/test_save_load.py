@@ -269,12 +269,6 @@ def test_export_agent_gives_a_ppo_zip_with_the_same_deterministic_actions(
     np.testing.assert_array_equal(actions, expected[agent])
 
 
-def test_export_agent_refuses_normalized_observations(tmp_path: pathlib.Path) -> None:
-    model = make_model(normalize_obs=True)
-    with pytest.raises(ValueError, match="normalize_obs"):
-        model.export_agent("agent_0", tmp_path / "agent.zip")
-
-
 def test_export_agent_refuses_an_unknown_agent(tmp_path: pathlib.Path) -> None:
     with pytest.raises(KeyError, match="scout"):
         make_model().export_agent("scout", tmp_path / "agent.zip")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import numbers
 import pathlib
 import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -31,13 +32,17 @@ from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_me
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
-from sb3_ippo.buffer import VERSION_STAMPS, AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo import serialization
+from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory, VersionStamp
+from sb3_ippo.export import fold_observation_normalization
 from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
-from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, policy_for_agent
+from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
+from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, policy_for_agent, unmasked_normalizer
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
-from sb3_ippo.ppo_update import KL_STOPS, KLStop, UpdateStats, build_batch, ppo_update
+from sb3_ippo.ppo_update import KLStop, UpdateStats, build_batch, ppo_update
 from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
 from sb3_ippo.stacked import (
     StackedPolicies,
@@ -127,7 +132,8 @@ class IPPO(BaseAlgorithm):
         oldest ones; ``n_episodes`` is then ignored. None: count episodes.
     :param n_episodes: An update is due once every agent that has acted has ``n_episodes`` finished
         trajectories (reference: ``traj_per_epoch``), and it drains exactly that many, oldest first; the excess
-        waits for the next update. With ``rollout_len``, each chunk counts as a trajectory.
+        waits for the next update. With ``rollout_len``, each chunk counts as a trajectory. May be None when
+        ``n_steps`` is set (it is then ignored).
     :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch.
     :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``).
     :param gamma: Discount factor.
@@ -222,7 +228,7 @@ class IPPO(BaseAlgorithm):
         env: Any,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int | None = None,
-        n_episodes: int = 8,
+        n_episodes: int | None = 8,
         batch_size: int | None = None,
         n_epochs: int = 80,
         gamma: float = 0.99,
@@ -263,6 +269,12 @@ class IPPO(BaseAlgorithm):
         if isinstance(policy, type) and not issubclass(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
             raise TypeError(
                 f"policy must be an ActorCriticPolicy subclass or one of {list(self.policy_aliases)}, got {policy}"
+            )
+        if isinstance(policy, str) and policy not in self.policy_aliases:
+            close = [name for name in self.policy_aliases if name.lower() == policy.lower()]
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"Unknown policy {policy!r}{hint}: use one of {list(self.policy_aliases)} or an ActorCriticPolicy subclass"
             )
         super().__init__(
             policy=policy,
@@ -311,6 +323,8 @@ class IPPO(BaseAlgorithm):
         self.policy_version = 0
         self.stale_episodes_dropped = 0
         self.rejected_episodes = 0
+        self.env_restarts = 0
+        self.episodes_lost = 0
         self.obs_normalizers: dict[AgentID, ObservationNormalizer] | None = None
         self.return_normalizers: dict[AgentID, ReturnNormalizer] | None = None
         self._agents_seen: set[AgentID] = set()
@@ -329,56 +343,9 @@ class IPPO(BaseAlgorithm):
             self._setup_model()
 
     def _check_hyperparameters(self) -> None:
-        positive = {"n_episodes": self.n_episodes, "n_epochs": self.n_epochs}
-        optional_positive = {
-            "n_steps": self.n_steps,
-            "batch_size": self.batch_size,
-            "rollout_len": self.rollout_len,
-            "max_episode_steps": self.max_episode_steps,
-            "max_buffered_episodes": self.max_buffered_episodes,
-        }
-        for name, value in {**positive, **optional_positive}.items():
-            if value is None and name in optional_positive:
-                continue
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                none = " or None" if name in optional_positive else ""
-                raise ValueError(f"{name} must be a positive integer{none}, got {value!r}")
-        if not isinstance(self.max_version_lag, (int, np.integer)) or self.max_version_lag < 0:
-            raise ValueError(f"max_version_lag must be a non-negative integer, got {self.max_version_lag!r}")
-        self._check_update_trigger()
-        if self.kl_stop not in KL_STOPS:
-            raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {self.kl_stop!r}")
-        if self.version_stamp not in VERSION_STAMPS:
-            raise ValueError(f"version_stamp must be one of {VERSION_STAMPS}, got {self.version_stamp!r}")
-        if self.async_training and self.max_version_lag < 1:
-            raise ValueError(
-                "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
-                "drop as stale: use max_version_lag >= 1 or async_training=False"
-            )
-        if self.target_kl is not None and self.target_kl <= 0:
-            raise ValueError(f"target_kl must be positive or None, got {self.target_kl}")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gamma and gae_lambda must lie in [0, 1], got gamma={self.gamma}, gae_lambda={self.gae_lambda}")
-
-    def _check_update_trigger(self) -> None:
-        """Refuse a buffer bound under which no update could ever be due (collection would reject trajectories
-        forever). With ``n_steps``, the bound is known where trajectories have a known maximum length."""
-        if self.max_buffered_episodes is None:
-            return
-        if self.n_steps is None:
-            if self.max_buffered_episodes < self.n_episodes:
-                raise ValueError(
-                    f"max_buffered_episodes ({self.max_buffered_episodes}) must be at least n_episodes "
-                    f"({self.n_episodes}), or no update could ever be due"
-                )
-            return
-        lengths = [length for length in (self.rollout_len, self.max_episode_steps) if length is not None]
-        if lengths and self.max_buffered_episodes * min(lengths) < self.n_steps:
-            raise ValueError(
-                f"max_buffered_episodes ({self.max_buffered_episodes}) trajectories of at most {min(lengths)} steps "
-                f"(rollout_len / max_episode_steps) cannot cover n_steps ({self.n_steps}), so no update could ever be "
-                f"due: raise max_buffered_episodes to at least {-(-self.n_steps // min(lengths))}"
-            )
+        """:raises ValueError: naming the first hyperparameter (or combination) that is not valid, and what it expects."""
+        attributes = {"stats_window_size": "_stats_window_size", "groups": "group_definition"}
+        check_hyperparameters({name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES})
 
     # ----------------------------------------------------------------------------------------------------------
     # Environment
@@ -632,6 +599,26 @@ class IPPO(BaseAlgorithm):
         optimizers = [f"_policies.{self._policy_keys[agent]}.optimizer" for agent in self.possible_agents]
         return ["_policies", *optimizers], []
 
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+        format: str | None = None,
+    ) -> None:
+        """Write the model to one file: a zip (SB3's format) or, for a ``.safetensors`` path or
+        ``format="safetensors"``, a safetensors file that loads without running code (``docs/usage.md``).
+
+        :param format: "zip", "safetensors", or None: from the file name (".safetensors" or else zip).
+        :raises sb3_ippo.serialization.NotSerializableError: (safetensors) naming each attribute the format cannot
+            hold, such as a callable schedule, and what to do instead.
+        """
+        format, path = serialization.resolve_save_format(path, format)
+        if format == "safetensors":
+            serialization.save_safetensors(self, path, exclude, include)
+        else:
+            serialization.save_zip(self, path, exclude, include)
+
     @classmethod
     def load(  # type: ignore[override]
         cls: type[SelfIPPO],
@@ -641,17 +628,32 @@ class IPPO(BaseAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trusted: bool = True,
         **kwargs: Any,
     ) -> SelfIPPO:
         """Load a model saved by :meth:`save`: every agent's weights and optimizer state, the normalization
         statistics, ``policy_version`` and the counters.
 
         :param env: The env to continue training on or to evaluate (same agents and spaces); None for ``predict``.
+        :param trusted: For a zip: True unpickles its pickled entries as SB3 does, which runs any code the file
+            names: only for files from a trusted source. False unpickles nothing, and refuses a zip with an entry
+            that only unpickling could restore. A safetensors file never unpickles anything, whatever this says.
         :raises ValueError: if the file is not an IPPO model, or ``env``'s agents or spaces differ (naming the agent).
+        :raises sb3_ippo.serialization.UntrustedContentError: with ``trusted=False``, naming the entries that would
+            need unpickling.
         """
-        data, params, _ = load_from_zip_file(
-            path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
-        )
+        data: dict[str, Any] | None
+        safetensors_path = serialization.safetensors_file(path)
+        if safetensors_path is not None:
+            data, params = serialization.load_safetensors(safetensors_path)
+        elif not trusted:
+            data, params = serialization.load_zip_untrusted(path, device=device)
+        else:
+            data, params, _ = load_from_zip_file(
+                path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
+            )
+            if data is not None:
+                data.pop(serialization.JSON_STATE_KEY, None)
         if data is None or params is None or "possible_agents" not in data or "_policies" not in params:
             raise ValueError(f"{path} is not an IPPO model: it holds no per-agent policies")
         if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data["policy_kwargs"]:
@@ -692,7 +694,10 @@ class IPPO(BaseAlgorithm):
             raise ValueError(
                 "No environment to learn on: pass one to IPPO(...), IPPO.load(path, env=...) or model.set_env(env)"
             )
+        if not isinstance(total_timesteps, numbers.Real) or isinstance(total_timesteps, bool) or not total_timesteps >= 1:
+            raise ValueError(f"total_timesteps must be a positive number of env steps, got {total_timesteps!r}")
         self._check_hyperparameters()
+        updates_at_start = self._n_updates
         previous_obs = self._last_obs
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
@@ -700,7 +705,7 @@ class IPPO(BaseAlgorithm):
         if self._last_obs is not previous_obs:
             # The env copies were reset: the trajectories in progress cannot continue.
             for buffer in self.buffers.values():
-                buffer.drop_open()
+                self.episodes_lost += buffer.drop_open()
             self._last_alive = self.env.alive
         iteration = 0
         callback.on_training_start(locals(), globals())
@@ -722,14 +727,56 @@ class IPPO(BaseAlgorithm):
                 iteration += 1
                 if log_interval is not None and iteration % log_interval == 0:
                     self.dump_logs(iteration)
+        except BaseException:
+            self._after_interruption()
+            raise
         finally:
             finished_last = self._finish_update_in_flight()
             if executor is not None:
                 executor.shutdown()
         if finished_last and log_interval is not None:
             self.dump_logs(iteration)
+        if self._n_updates == updates_at_start and self.num_timesteps >= total_timesteps:
+            self._warn_no_update()
         callback.on_training_end()
         return self
+
+    def _after_interruption(self) -> None:
+        """Leave the model consistent after an exception or Ctrl-C inside ``learn``: it may have struck in the middle of
+        a vectorized step, so the trajectories in progress are dropped (counted in ``episodes_lost``) and the next
+        ``learn`` resets the env copies. Finished trajectories stay for the next update."""
+        for buffer in self.buffers.values():
+            self.episodes_lost += buffer.drop_open()
+        self._last_obs = None
+
+    def _warn_no_update(self) -> None:
+        """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would
+        give one: an SB3 habit such as ``n_steps=2048`` with ``learn(1000)`` would otherwise be a silent no-op."""
+        if self.n_steps is not None:
+            trigger, wanted, column, unit = "n_steps", self.n_steps, 1, "transitions in finished trajectories"
+        else:
+            trigger, wanted, column, unit = "n_episodes", self.n_episodes or 0, 0, "finished trajectories"
+        counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
+        have = min((count[column] for count in counts), default=0)
+        steps = self.num_timesteps - self._num_timesteps_at_start
+        lower = f", or lower {trigger}" if wanted > 1 else ""
+        if have > 0:
+            advice = (
+                f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
+                f"again with reset_num_timesteps=False){lower}."
+            )
+        else:
+            advice = (
+                "No trajectory finished within the budget: raise total_timesteps, or cut episodes with "
+                f"max_episode_steps or rollout_len{lower}."
+            )
+        message = (
+            f"IPPO.learn ended after {steps} env steps without a single update (policy_version is still "
+            f"{self.policy_version}): an update needs {trigger}={wanted} {unit} from every agent that acted, and the "
+            f"agent with the fewest has {have}. {advice}"
+        )
+        self.logger.warn(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
 
     def _update_due(self) -> bool:
         """An update is due when every agent that has acted so far has enough fresh finished trajectories.
@@ -836,11 +883,12 @@ class IPPO(BaseAlgorithm):
                 self._seats.play(obs, alive, env_actions, self.action_spaces)
             step = env.step_agents(env_actions)
             self.num_timesteps += env.num_envs
+            recorded = self._handle_env_restarts(step)
 
             for agent in acting:
                 actions, values, log_probs = sampled[agent]
                 self.buffers[agent].add(
-                    learning[agent],
+                    learning[agent] & recorded,
                     obs[agent],
                     actions,
                     step.rewards[agent],
@@ -889,6 +937,17 @@ class IPPO(BaseAlgorithm):
                     self.policy_version,
                     self.max_version_lag,
                 )
+
+    def _handle_env_restarts(self, step: MultiAgentStep) -> np.ndarray:
+        """Count the env copies restarted in ``step`` and drop the trajectories their lost episodes left open, which
+        are never trained on. Returns which rows of ``step`` are transitions (not those of a lost episode)."""
+        self.env_restarts += sum(bool(info.get("env_restarted")) for info in step.infos)
+        if step.restarted is None or not step.restarted.any():
+            return np.ones(len(step.dones), dtype=bool)
+        for env_idx in np.flatnonzero(step.restarted).tolist():
+            for buffer in self.buffers.values():
+                self.episodes_lost += buffer.drop_open(env_idx)
+        return ~step.restarted
 
     def _count_dropped_episodes(self) -> None:
         for buffer in self.buffers.values():
@@ -1065,8 +1124,8 @@ class IPPO(BaseAlgorithm):
         for agent, agent_stats in self.update_stats.items():
             prefix = f"train/{self._log_names[agent]}/"
             for name in ("policy_loss", "value_loss", "approx_kl", "entropy_loss", "clip_fraction", "n_epochs_run"):
-                self.logger.record(prefix + name, getattr(agent_stats, name))
-            self.logger.record(prefix + "n_transitions", agent_stats.n_transitions)
+                self.logger.record(prefix + name, getattr(agent_stats, name), exclude=self._per_agent_exclude)
+            self.logger.record(prefix + "n_transitions", agent_stats.n_transitions, exclude=self._per_agent_exclude)
         for name, group in self._agent_groups.items():
             group_stats = [self.update_stats[agent] for agent in group.agents if agent in self.update_stats]
             if len(group.agents) > 1 and group_stats:
@@ -1081,8 +1140,16 @@ class IPPO(BaseAlgorithm):
         self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
         self.logger.record("train/clip_range", self.clip_range_schedule(job.progress_remaining))
         self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
+        self.logger.record("rollout/env_restarts", self.env_restarts)
+        self.logger.record("rollout/episodes_lost", self.episodes_lost)
         if self.max_buffered_episodes is not None:
             self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
+
+    @property
+    def _per_agent_exclude(self) -> tuple[str, ...] | None:
+        """Per-agent keys go to CSV and TensorBoard, but to stdout only at ``verbose=2``: with many agents they would
+        bury the team's numbers."""
+        return None if self.verbose >= 2 else ("stdout", "log")
 
     def dump_logs(self, iteration: int = 0) -> None:
         """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
@@ -1099,7 +1166,8 @@ class IPPO(BaseAlgorithm):
                     info["agent_returns"][agent] for info in self.ep_info_buffer if agent in info.get("agent_returns", {})
                 ]
                 if returns:
-                    self.logger.record(f"rollout/{self._log_names[agent]}/ep_rew_mean", safe_mean(returns))
+                    key = f"rollout/{self._log_names[agent]}/ep_rew_mean"
+                    self.logger.record(key, safe_mean(returns), exclude=self._per_agent_exclude)
         self.logger.record("time/fps", fps)
         self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
@@ -1132,44 +1200,54 @@ class IPPO(BaseAlgorithm):
             raise ValueError(f"Unknown agent ids {unknown}: the model's agents are {self.possible_agents}")
         actions = {}
         for agent, obs in observation.items():
-            policy_obs = self._policy_input(agent, obs)
-            actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+            try:
+                policy_obs = self._policy_input(agent, obs)
+                actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+            except (ValueError, TypeError) as error:
+                space = self.observation_spaces[agent]
+                expected = f"{space.shape} or (n, *{space.shape})" if space.shape else f"an element of {space}"
+                raise ValueError(
+                    f"Agent {agent!r}: its observation (shape {np.shape(obs) if not isinstance(obs, Mapping) else 'dict'}) "
+                    f"does not fit its observation space {space}; expected shape {expected}. ({error})"
+                ) from error
         return actions, None
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it, and its
-        deterministic actions equal this model's for that agent. A masked agent (an ``action_mask`` in its observation)
-        is written as a ``sb3_contrib.MaskablePPO`` zip: its observation is the env's without the mask, and its
-        ``predict`` takes the mask as ``action_masks``.
+        """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
+        importing sb3_ippo), and its deterministic actions on raw observations equal this model's for that agent.
+        A masked agent (an ``action_mask`` in its observation) is written as a ``sb3_contrib.MaskablePPO`` zip: its
+        observation is the env's without the mask, and its ``predict`` takes the mask as ``action_masks``.
+
+        With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
+        of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard
+        deviations of the running mean; IPPO clips farther ones to 10, the exported policy does not.
 
         :raises KeyError: for an unknown agent id.
-        :raises ValueError: with ``normalize_obs``: a plain PPO zip has no place for the observation statistics.
+        :raises ValueError: with ``normalize_obs``, for a policy whose first layers cannot take the statistics.
         """
         if agent_id not in self._policy_keys:
             raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {self.possible_agents}")
-        if self.obs_normalizers is not None:
-            raise ValueError(
-                "export_agent cannot carry normalize_obs statistics into a plain PPO zip: the exported policy would "
-                "see unnormalized observations. Train with normalize_obs=False to export."
-            )
         policy = self.policies[agent_id]
+        group = self._agent_groups[self._group_of[agent_id]]
+        setting = functools.partial(self._group_setting, group.name)  # the agent's group's own settings, if any
+        max_grad_norm = setting("max_grad_norm")
         masked = isinstance(policy, MaskedInputMixin)
         ppo = (MaskablePPO if masked else PPO)(
             base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
             env=None,  # type: ignore[arg-type]
-            learning_rate=self.learning_rate,
+            learning_rate=setting("learning_rate"),
             n_steps=max(self.n_steps or 2048, 2),
-            batch_size=self.batch_size or 64,
-            n_epochs=self.n_epochs,
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            clip_range=self.clip_range,
-            clip_range_vf=self.clip_range_vf,
-            ent_coef=self.ent_coef,
-            vf_coef=self.vf_coef,
-            max_grad_norm=self.max_grad_norm if self.max_grad_norm is not None else float("inf"),
-            target_kl=self.target_kl,
-            policy_kwargs=self.policy_kwargs,
+            batch_size=setting("batch_size") or 64,
+            n_epochs=setting("n_epochs"),
+            gamma=setting("gamma"),
+            gae_lambda=setting("gae_lambda"),
+            clip_range=setting("clip_range"),
+            clip_range_vf=setting("clip_range_vf"),
+            ent_coef=setting("ent_coef"),
+            vf_coef=setting("vf_coef"),
+            max_grad_norm=max_grad_norm if max_grad_norm is not None else float("inf"),
+            target_kl=setting("target_kl"),
+            policy_kwargs=group.settings.get("policy_kwargs", self.policy_kwargs),
             device=self.device,
             _init_setup_model=False,
         )
@@ -1180,4 +1258,7 @@ class IPPO(BaseAlgorithm):
         ppo._setup_model()
         ppo.policy.load_state_dict(policy.state_dict())
         ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
+        if self.obs_normalizers is not None:
+            normalizer = self.obs_normalizers[agent_id]
+            fold_observation_normalization(ppo.policy, unmasked_normalizer(normalizer) if masked else normalizer)  # type: ignore[arg-type]
         ppo.save(path)

@@ -1,0 +1,35 @@
+"""Command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate MODEL.zip|RUN_FOLDER``.
+
+Every bad value is an argparse usage error (exit status 2, the usage line and what was expected), never a
+traceback. ``train`` writes into ``--out``: ``model.zip``, ``progress.csv`` (SB3's CSV log, one row per update),
+``learning_curve.png`` (with matplotlib) and ``run.json``, which holds every setting (the hyperparameters with their
+defaults) and the exact command that re-runs the same training.
+
+One module per part: ``values`` (text <-> values, argparse types), ``settings`` (command line > hyperparameter file
+> defaults; run.json), ``parser``, ``train``, ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from sb3_ippo.cli import evaluate, train
+from sb3_ippo.cli.parser import build_parser
+from sb3_ippo.cli.values import literal, to_text, wrapper_spec
+
+__all__ = ["literal", "main", "to_text", "wrapper_spec"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # pygame (butterfly envs, rendering) needs no display with the dummy video driver.
+    if "DISPLAY" not in os.environ:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    parsers = build_parser()
+    args = parsers.main.parse_args(argv)
+    if args.command == "train":
+        train.train(args, parsers.train)
+    else:
+        evaluate.evaluate(args, parsers.evaluate)
+    return 0

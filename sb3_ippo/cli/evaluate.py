@@ -1,0 +1,153 @@
+"""``python -m sb3_ippo evaluate MODEL.zip|RUN_FOLDER``: team and per-agent returns, and a video on request."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import pathlib
+import sys
+import tempfile
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
+from sb3_ippo.cli.values import env_error, installed, parse_wrapper
+from sb3_ippo.env_factory import EnvFactory
+from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
+from sb3_ippo.turn_based import is_turn_based_vec_env
+from sb3_ippo.ippo import IPPO
+from sb3_ippo.vec_env import make_vec_env
+
+
+def print_evaluation(result: AgentEvaluation, heading: str) -> None:
+    kind = "deterministic" if result.deterministic else "stochastic (sampled)"
+    print(f"{heading}: {result.n_episodes} episodes, {kind} actions")
+    mean, std = result.team_mean_std()
+    width = max([len("team return"), *(len(str(agent)) for agent in result.agent_returns)])
+    print(f"  {'team return':<{width}}  {mean:9.2f} +/- {std:.2f}   (episode length {np.mean(result.lengths):.1f})")
+    for agent, (agent_mean, agent_std) in result.agent_mean_std().items():
+        print(f"  {agent!s:<{width}}  {agent_mean:9.2f} +/- {agent_std:.2f}")
+
+
+def print_game_results(model: IPPO, env: Any, n_games: int, deterministic: bool = True) -> None:
+    """A game's results (a turn-based env, whose team return says nothing): each seat's win, draw and loss rates
+    against a uniformly random player."""
+    records = evaluate_policy(model, env, n_eval_episodes=n_games, deterministic=deterministic, opponent="random")
+    assert isinstance(records, dict)
+    for seat, record in records.items():
+        print(f"  {seat} against a random player: {record}")
+
+
+def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.Path:
+    if path.is_dir():
+        if not (path / MODEL_FILE).is_file():
+            parser.error(f"argument model: the folder {path} has no {MODEL_FILE}: give a model .zip or a run folder")
+        return path / MODEL_FILE
+    if not path.exists() and path.with_suffix(".zip").is_file():
+        return path.with_suffix(".zip")
+    if not path.is_file():
+        parser.error(f"argument model: No model at {path}")
+    if not zipfile.is_zipfile(path):
+        parser.error(f"argument model: {path} is not a model zip saved by IPPO")
+    return path
+
+
+def _recorded_run(model_path: pathlib.Path) -> dict[str, Any]:
+    """The run the model came from: run.json beside it, else the copy inside its zip, else nothing."""
+    beside = model_path.parent / RUN_FILE
+    if beside.is_file():
+        return json.loads(beside.read_text())
+    with zipfile.ZipFile(model_path) as archive:
+        if RUN_FILE in archive.namelist():
+            return json.loads(archive.read(RUN_FILE))
+    return {}
+
+
+def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> AgentEvaluation:
+    model_path = _model_path(args.model, parser)
+    run = _recorded_run(model_path)
+    env_id = args.env or run.get("env")
+    if env_id is None:
+        parser.error(
+            f"argument --env: {model_path} has no {RUN_FILE} beside it or inside it (it was not saved by "
+            "`python -m sb3_ippo train`), so the env it was trained on is unknown: give it with --env MODULE "
+            f"(e.g. --env {DEFAULT_ENV}), and --env-kwargs / --wrappers as in training"
+        )
+    from_run = args.env is None or args.env == run.get("env")
+    if args.env_kwargs is not None:
+        env_kwargs = dict(args.env_kwargs)
+    elif from_run and "env_kwargs" in run:
+        env_kwargs = dict(run["env_kwargs"])
+    else:
+        env_kwargs = dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {}
+    if args.wrappers is not None:
+        wrappers = list(args.wrappers)
+    else:
+        try:
+            wrappers = [parse_wrapper(text) for text in run.get("wrappers", [])] if from_run else []
+        except ValueError as error:
+            parser.error(f"the wrappers recorded in {RUN_FILE} cannot be used: {error}")
+    env_factory = EnvFactory(env_id, tuple(wrappers))
+    try:
+        env_factory.check()
+    except ValueError as error:
+        parser.error(f"argument --env: {error}")
+    heading = f"{env_id} {env_kwargs}" + (f" with wrappers {' '.join(map(str, wrappers))}" if wrappers else "")
+    if args.video is not None:
+        if not installed("moviepy"):
+            parser.error("argument --video: recording needs moviepy: pip install moviepy (or pip install 'sb3_ippo[extra]')")
+        env_kwargs = {**env_kwargs, "render_mode": "rgb_array"}
+    try:
+        env = make_vec_env(env_factory, n_envs=1, seed=args.seed, env_kwargs=env_kwargs)
+    except (TypeError, ValueError, AssertionError) as error:
+        parser.error(env_error(env_id, env_kwargs, wrappers, error))
+    try:
+        model = IPPO.load(model_path, env=env, device=args.device)
+    except ValueError as error:
+        env.close()
+        parser.error(
+            f"{model_path} does not fit the env {env_id} {env_kwargs}: {error}. Give the env it was trained on "
+            "with --env, --env-kwargs and --wrappers."
+        )
+    deterministic = not args.stochastic
+    if args.video is None:
+        with contextlib.closing(env):
+            result = evaluate_agents(model, env, n_eval_episodes=args.episodes, deterministic=deterministic)
+            print_evaluation(result, heading)
+            if is_turn_based_vec_env(env):
+                print_game_results(model, env, args.episodes, deterministic)
+    else:
+        result = _evaluate_on_video(model, env, args.video, args.episodes, deterministic)
+        print_evaluation(result, heading)
+    if args.video is not None:
+        print(f"Saved the video of the {result.n_episodes} episodes to {args.video}")
+    return result
+
+
+def _evaluate_on_video(model: IPPO, env: Any, video: pathlib.Path, episodes: int, deterministic: bool) -> AgentEvaluation:
+    """Evaluate through SB3's ``VecVideoRecorder``, which records every frame of the episodes into ``video``."""
+    from stable_baselines3.common.vec_env import VecVideoRecorder
+
+    video.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=video.parent) as folder:
+        recorder = VecVideoRecorder(
+            env, folder, record_video_trigger=lambda step: step == 0, video_length=sys.maxsize, name_prefix="evaluation"
+        )
+        try:
+            result = evaluate_agents(model, recorder, n_eval_episodes=episodes, deterministic=deterministic)
+        finally:
+            # Closing writes the video; MoviePy's progress messages would name the temporary file.
+            chatter = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+                    recorder.close()
+            except Exception:
+                print(chatter.getvalue(), file=sys.stderr)
+                raise
+        pathlib.Path(recorder.video_path).replace(video)
+    return result
+

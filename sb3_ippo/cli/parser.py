@@ -1,0 +1,219 @@
+"""The argument parser of ``python -m sb3_ippo``: ``train`` (every IPPO hyperparameter an option, with its whole
+docstring and default in --help) and ``evaluate``."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import pathlib
+import re
+from dataclasses import dataclass
+
+from sb3_ippo.cli.settings import (
+    NOT_HYPERPARAMETERS,
+    DEFAULT_ENV,
+    DEFAULT_ENV_KWARGS,
+    MODEL_FILE,
+    PRINT_EVERY,
+    RUN_FILE,
+    TRAIN_DEFAULTS,
+)
+from sb3_ippo.cli.values import device, env_kwarg, hyperparameter_type, non_negative_int, positive_int, wrapper_spec
+from sb3_ippo.ippo import IPPO
+
+
+def _hyperparameter_help() -> dict[str, str]:
+    """Each ``:param name:`` of IPPO's docstring, whole, for --help."""
+    doc = inspect.getdoc(IPPO) or ""
+    helps = {}
+    for match in re.finditer(r":param (\w+): (.*?)(?=\n\s*:param|\Z)", doc, flags=re.S):
+        helps[match.group(1)] = " ".join(match.group(2).split()).replace("%", "%%")
+    return helps
+
+
+def _add_hyperparameters(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "IPPO hyperparameters",
+        "Every IPPO argument; the command line wins over --hyperparams, which wins over IPPO's\n"
+        "default. None is written None; schedules as lin_<start> (linear decay to 0).",
+    )
+    helps = _hyperparameter_help()
+    for name, parameter in inspect.signature(IPPO.__init__).parameters.items():
+        if name in NOT_HYPERPARAMETERS or name == "self":
+            continue
+        group.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=hyperparameter_type(name, str(parameter.annotation)),
+            default=argparse.SUPPRESS,  # absent unless given: None is a value some of them take
+            metavar="VALUE",
+            help=f"{helps.get(name, '')} (default: {parameter.default!r})",
+        )
+
+
+TRAIN_EPILOG = f"""\
+examples:
+  python -m sb3_ippo train                                   # {DEFAULT_ENV}, N=3, max_cycles=25, 200k env steps
+  python -m sb3_ippo train --env mpe2.simple_adversary_v3 --timesteps 100000 --out runs/adv
+  python -m sb3_ippo train --env-kwargs N=3 continuous_actions=True --n-episodes 16 --learning-rate lin_1e-3
+  python -m sb3_ippo train --env pettingzoo.butterfly.pistonball_v6 --env-kwargs n_pistons=4 continuous=False \\
+      --wrappers color_reduction resize frame_stack --policy CnnPolicy
+  python -m sb3_ippo train --hyperparams ippo.yml            # a section per env id, as in rl-zoo
+
+hyperparameter file (YAML), one section per env id (the full module name or its last part):
+  mpe2.simple_spread_v3:
+    n_timesteps: 500000        # or timesteps
+    n_envs: 8
+    policy: MlpPolicy
+    env_kwargs: {{N: 3, max_cycles: 25}}
+    wrappers: [color_reduction, "resize:x_size=64,y_size=64"]
+    learning_rate: lin_1e-3
+    policy_kwargs: "dict(net_arch=[64, 64])"
+
+logging: every update writes a row to progress.csv (and TensorBoard with --tensorboard-log); the table on stdout
+is printed at most every --print-every env steps, without per-agent keys unless --verbose 2.
+"""
+
+
+@dataclass
+class Parsers:
+    main: argparse.ArgumentParser
+    train: argparse.ArgumentParser
+    evaluate: argparse.ArgumentParser
+
+
+def _add_env_options(parser: argparse.ArgumentParser, default_text: str) -> None:
+    parser.add_argument("--env", default=None, metavar="MODULE", help=f"PettingZoo env module (default: {default_text})")
+    parser.add_argument(
+        "--env-kwargs",
+        nargs="*",
+        type=env_kwarg,
+        default=None,
+        metavar="KEY=VALUE",
+        help=f"arguments of the env function, as Python literals (default: {DEFAULT_ENV_KWARGS} for {DEFAULT_ENV}, "
+        "else none; an empty --env-kwargs gives none)",
+    )
+    parser.add_argument(
+        "--wrappers",
+        nargs="*",
+        type=wrapper_spec,
+        default=None,
+        metavar="WRAPPER",
+        help="SuperSuit wrappers applied in order, each NAME or NAME:KEY=VALUE,... with the NAME of a SuperSuit "
+        "function without its version (color_reduction, resize, frame_stack, dtype, normalize_obs, flatten, ...). "
+        "resize defaults to x_size=84,y_size=84 (default: none)",
+    )
+
+
+def build_parser() -> Parsers:
+    main = argparse.ArgumentParser(
+        prog="python -m sb3_ippo",
+        description="Independent PPO (IPPO) for PettingZoo multi-agent envs, as a Stable-Baselines3 algorithm.",
+    )
+    commands = main.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
+
+    train = commands.add_parser(
+        "train",
+        help="train IPPO; save the model, a CSV log, a learning curve and run.json",
+        description="Train IPPO and write model.zip, progress.csv, learning_curve.png and run.json into --out, "
+        "then evaluate the model.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_env_options(train, DEFAULT_ENV)
+    train.add_argument(
+        "--hyperparams", type=pathlib.Path, metavar="FILE.yml", help="YAML file, a section per env id (see below)"
+    )
+    train.add_argument(
+        "--timesteps", type=positive_int, help=f"env steps to train for (default: {TRAIN_DEFAULTS['timesteps']})"
+    )
+    train.add_argument(
+        "--n-envs", type=positive_int, help=f"env copies stepped together (default: {TRAIN_DEFAULTS['n_envs']})"
+    )
+    train.add_argument(
+        "--vec-env",
+        choices=["dummy", "subproc"],
+        help="run the copies in this process or in worker processes (default: dummy)",
+    )
+    train.add_argument(
+        "--policy", choices=list(IPPO.policy_aliases), help=f"every agent's policy (default: {TRAIN_DEFAULTS['policy']})"
+    )
+    train.add_argument("--seed", type=non_negative_int, default=0, help="seed of everything (default: 0)")
+    train.add_argument("--device", type=device, default="auto", help="torch device: auto, cpu, cuda, ... (default: auto)")
+    train.add_argument(
+        "--verbose",
+        type=int,
+        choices=[0, 1, 2],
+        default=1,
+        help="0: no table on stdout; 1: the table; 2: the table with per-agent keys (default: 1)",
+    )
+    train.add_argument("--out", type=pathlib.Path, default=None, help="output folder (default: runs/ippo_<env name>)")
+    train.add_argument(
+        "--log-interval",
+        type=positive_int,
+        default=1,
+        help="write the log (CSV, TensorBoard, stdout) every N updates; refused if the run would make fewer than N "
+        "updates (default: 1)",
+    )
+    train.add_argument(
+        "--print-every",
+        type=non_negative_int,
+        default=PRINT_EVERY,
+        metavar="ENV_STEPS",
+        help=f"print the table on stdout at most every this many env steps; 0: at every log (default: {PRINT_EVERY})",
+    )
+    train.add_argument(
+        "--tensorboard-log", type=pathlib.Path, default=None, metavar="DIR", help="also log to TensorBoard in DIR/IPPO_<n>"
+    )
+    train.add_argument(
+        "--checkpoint-freq",
+        type=non_negative_int,
+        default=0,
+        metavar="ENV_STEPS",
+        help="save the model into OUT/checkpoints every this many env steps; 0: never (default: 0)",
+    )
+    train.add_argument(
+        "--eval-freq",
+        type=non_negative_int,
+        default=0,
+        metavar="ENV_STEPS",
+        help="evaluate on a separate env every this many env steps, log eval/mean_reward and keep "
+        "OUT/best_model.zip; 0: never (default: 0)",
+    )
+    train.add_argument(
+        "--n-eval-episodes", type=positive_int, default=5, help="episodes of each --eval-freq evaluation (default: 5)"
+    )
+    train.add_argument(
+        "--eval-episodes", type=non_negative_int, default=50, help="episodes of the final evaluation; 0: none (default: 50)"
+    )
+    train.add_argument("--no-progress-bar", action="store_true", help="do not show a progress bar")
+    train.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="torch threads (default: 1, several times faster than more for small networks on a few cores)",
+    )
+    _add_hyperparameters(train)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="print a saved model's team and per-agent returns",
+        description="Evaluate a saved model: team return and each agent's return, mean and std over --episodes.",
+    )
+    evaluate.add_argument("model", type=pathlib.Path, help=f"a model .zip, or a run folder (its {MODEL_FILE} is used)")
+    _add_env_options(evaluate, f"the one in {RUN_FILE} beside the model or in the model's zip; else required")
+    evaluate.add_argument("--episodes", type=positive_int, default=50, help="evaluation episodes (default: 50)")
+    evaluate.add_argument("--seed", type=non_negative_int, default=0, help="seed of the env (default: 0)")
+    evaluate.add_argument(
+        "--stochastic", action="store_true", help="sample actions instead of taking the most likely (deterministic)"
+    )
+    evaluate.add_argument("--device", type=device, default="auto", help="torch device (default: auto)")
+    evaluate.add_argument(
+        "--video",
+        type=pathlib.Path,
+        default=None,
+        metavar="OUT.mp4",
+        help="record the evaluation episodes into a video (needs moviepy: pip install moviepy)",
+    )
+    return Parsers(main, train, evaluate)
+

@@ -1,0 +1,106 @@
+"""Exporting one agent as a plain SB3 ``PPO``: the frozen observation normalization folded into the first layers.
+
+A plain PPO zip has no place for IPPO's observation statistics, and a normalizing module of this package inside it
+would make ``PPO.load`` import ``sb3_ippo``. Instead, normalization ``(x - mean) / std`` is affine, and the policy
+applies an affine layer first to its features: ``W ((x - mean) / std) + b = (W / std) x + (b - W (mean / std))``. So
+the exported policy takes raw observations, with the first ``nn.Linear`` of each of its two heads (actor and critic)
+rescaled, and nothing of this package is needed to load it.
+
+One difference remains: IPPO clips normalized observations to ``[-clip_obs, clip_obs]`` (10 standard deviations);
+the folded layer does not. Observations within 10 standard deviations of the running mean (in practice, all those
+seen in training) give the same actions, up to float rounding; farther ones do not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
+from torch import nn
+
+from sb3_ippo.normalization import ObservationNormalizer
+
+
+def _feature_affine(
+    normalizer: ObservationNormalizer, observation_space: spaces.Space, extractor: BaseFeaturesExtractor
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per feature of ``extractor``'s output: ``(scale, shift)`` such that the features of normalized observations are
+    ``scale * (features of raw observations - shift)`` (scale 1, shift 0 for features that are not normalized).
+
+    :raises ValueError: for a features extractor whose output is not the flattened observation (or, for a Dict
+        observation, the concatenation of its entries' features, in order).
+    """
+    rms = normalizer.obs_rms
+
+    def affine(entry_rms: RunningMeanStd) -> tuple[np.ndarray, np.ndarray]:
+        return 1.0 / np.sqrt(entry_rms.var.reshape(-1) + normalizer.epsilon), entry_rms.mean.reshape(-1)
+
+    if isinstance(extractor, FlattenExtractor) and isinstance(rms, RunningMeanStd):
+        return affine(rms)
+    if isinstance(extractor, CombinedExtractor) and isinstance(rms, dict) and isinstance(observation_space, spaces.Dict):
+        scales, shifts = [], []
+        for key, sub_extractor in extractor.extractors.items():
+            if key in rms:
+                if not isinstance(sub_extractor, nn.Flatten):
+                    raise ValueError(f"the features extractor of the normalized entry {key!r} is not a nn.Flatten")
+                scale, shift = affine(rms[key])
+            else:
+                size = (
+                    sub_extractor.features_dim
+                    if isinstance(sub_extractor, BaseFeaturesExtractor)
+                    else get_flattened_obs_dim(observation_space[key])
+                )
+                scale, shift = np.ones(size), np.zeros(size)
+            scales.append(scale)
+            shifts.append(shift)
+        return np.concatenate(scales), np.concatenate(shifts)
+    raise ValueError(
+        f"its features extractor is a {type(extractor).__name__}: folding the normalization into the first layers "
+        "needs SB3's FlattenExtractor (Box observations) or CombinedExtractor (Dict observations)"
+    )
+
+
+def _first_linear(head: nn.Sequential, fallback: nn.Module, name: str) -> nn.Linear:
+    """The layer that first sees the features on one head: the MLP's first layer, or the output layer when the MLP
+    has no hidden layer."""
+    first = head[0] if len(head) > 0 else fallback
+    if not isinstance(first, nn.Linear):
+        raise ValueError(f"the {name} head does not start with an nn.Linear layer (found {type(first).__name__})")
+    return first
+
+
+@th.no_grad()
+def fold_observation_normalization(policy: ActorCriticPolicy, normalizer: ObservationNormalizer) -> None:
+    """Rescale ``policy``'s first layers in place so that it takes raw observations where it took observations
+    normalized by ``normalizer``'s frozen statistics (but for the clip, see the module docstring).
+
+    :raises ValueError: for a policy whose layout does not allow it (it says which part), with the fix.
+    """
+    if normalizer.obs_rms is None:
+        return  # Nothing of this agent's observations is normalized (images, discrete observations).
+    try:
+        extractors = {"actor": policy.pi_features_extractor, "critic": policy.vf_features_extractor}
+        heads = {
+            "actor": _first_linear(policy.mlp_extractor.policy_net, policy.action_net, "actor"),
+            "critic": _first_linear(policy.mlp_extractor.value_net, policy.value_net, "critic"),
+        }
+        affines = {
+            name: _feature_affine(normalizer, policy.observation_space, extractor) for name, extractor in extractors.items()
+        }
+    except (ValueError, AttributeError) as error:
+        raise ValueError(
+            f"export_agent cannot fold the normalize_obs statistics into this {type(policy).__name__}: {error}. Export "
+            "works for SB3's MlpPolicy and MultiInputPolicy (a Linear-first MLP on FlattenExtractor/CombinedExtractor "
+            "features); otherwise train with normalize_obs=False, or normalize inside the env."
+        ) from error
+    for name, layer in heads.items():
+        scale, shift = affines[name]
+        weight = layer.weight.detach().double().cpu()
+        scale_t, shift_t = th.as_tensor(scale, dtype=th.float64), th.as_tensor(shift, dtype=th.float64)
+        folded_bias = layer.bias.detach().double().cpu() - weight @ (scale_t * shift_t)
+        layer.weight.copy_((weight * scale_t).to(layer.weight.dtype))
+        layer.bias.copy_(folded_bias.to(layer.bias.dtype))

@@ -1,0 +1,191 @@
+"""Validation of IPPO's hyperparameters: each one checked on its own, then the combinations that cannot work.
+
+Every message names the hyperparameter, says what is expected and shows the value given, so that a typo or a
+wrong sign fails at construction (or at ``learn``, after attributes were changed) instead of training on it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from sb3_ippo.buffer import VERSION_STAMPS
+from sb3_ippo.ppo_update import KL_STOPS
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _positive_int(value: Any) -> bool:
+    return _is_int(value) and value >= 1
+
+
+def _non_negative_int(value: Any) -> bool:
+    return _is_int(value) and value >= 0
+
+
+def _positive_number(value: Any) -> bool:
+    return _is_number(value) and value > 0
+
+
+def _finite_positive_number(value: Any) -> bool:
+    return _positive_number(value) and math.isfinite(value)
+
+
+def _finite_non_negative_number(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value) and value >= 0
+
+
+def _unit_interval(value: Any) -> bool:
+    return _is_number(value) and 0.0 <= value <= 1.0
+
+
+def _schedule_or(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    # A schedule is a function of the remaining progress (1 -> 0): what it returns is SB3's business, as in PPO.
+    return lambda value: (callable(value) and not isinstance(value, type)) or check(value)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+def _bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+POSITIVE_INT = "a positive integer"
+SCHEDULE = " or a schedule (a function of the remaining progress, from 1 to 0)"
+
+# name -> (check, what is expected)
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "learning_rate": (_schedule_or(_finite_positive_number), "a positive number" + SCHEDULE),
+    "n_steps": (_optional(_positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
+    "n_episodes": (_optional(_positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps"),
+    "batch_size": (_optional(_positive_int), POSITIVE_INT + " (transitions per minibatch) or None (the whole batch)"),
+    "n_epochs": (_positive_int, POSITIVE_INT + " (passes over each batch)"),
+    "gamma": (_unit_interval, "a number in [0, 1]"),
+    "gae_lambda": (_unit_interval, "a number in [0, 1]"),
+    "clip_range": (_schedule_or(_finite_positive_number), "a positive number" + SCHEDULE),
+    "clip_range_vf": (
+        _optional(_schedule_or(_finite_positive_number)),
+        "None (no value clipping), a positive number" + SCHEDULE,
+    ),
+    "normalize_advantage": (_bool, "True or False"),
+    "ent_coef": (_finite_non_negative_number, "a number >= 0"),
+    "vf_coef": (_finite_non_negative_number, "a number >= 0"),
+    "max_grad_norm": (_optional(_positive_number), "a positive number or None (no gradient clipping)"),
+    "target_kl": (_optional(_positive_number), "a positive number or None (no KL early stop)"),
+    "max_version_lag": (_non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
+    "recompute_values": (_bool, "True or False"),
+    "recompute_log_prob": (_bool, "True or False"),
+    "shuffle_minibatches": (_bool, "True or False"),
+    "normalize_obs": (_bool, "True or False"),
+    "normalize_returns": (_bool, "True or False"),
+    "rollout_len": (_optional(_positive_int), POSITIVE_INT + " (steps per chunk) or None (whole episodes)"),
+    "max_episode_steps": (_optional(_positive_int), POSITIVE_INT + " or None (the env decides)"),
+    "max_buffered_episodes": (_optional(_positive_int), POSITIVE_INT + " or None (unbounded)"),
+    "kl_stop": (lambda value: value in KL_STOPS, '"after_step" (the reference) or "before_step" (SB3)'),
+    "version_stamp": (lambda value: value in VERSION_STAMPS, '"episode_end" (the reference) or "first_step"'),
+    "groups": (
+        _optional(lambda value: isinstance(value, Mapping) and all(isinstance(ids, (list, tuple)) for ids in value.values())),
+        "a dict {group name: [agent ids]} or None (grouped by id prefix and spaces)",
+    ),
+    "share_parameters": (
+        lambda value: _bool(value) or (isinstance(value, Mapping) and all(_bool(v) for v in value.values())),
+        "True, False or a dict {group name: bool}",
+    ),
+    "group_kwargs": (
+        _optional(lambda value: isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values())),
+        "a dict {group name: {setting: value}} or None",
+    ),
+    "batched": (_bool, "True or False"),
+    "opponents": (
+        _optional(lambda value: isinstance(value, Mapping)),
+        "a dict {seat: opponent} such as {'player_2': 'random'} (an opponent: 'random', a model, a function), or None",
+    ),
+    "self_play_pool": (
+        _optional(
+            lambda value: isinstance(value, Mapping)
+            and set(value) == {"snapshot_every", "size"}
+            and all(_positive_int(v) for v in value.values())
+        ),
+        "dict(snapshot_every=K, size=M) with positive integers K (updates between snapshots) and M (snapshots kept), "
+        "or None",
+    ),
+    "async_training": (_bool, "True or False"),
+    "stats_window_size": (_positive_int, POSITIVE_INT + " (episodes averaged in rollout/ep_rew_mean)"),
+    "policy_kwargs": (_optional(lambda value: isinstance(value, Mapping)), 'a dict such as dict(net_arch=[64, 64]), or None'),
+    "verbose": (_non_negative_int, "0 (no output), 1 (training information) or 2 (also per-agent keys on stdout)"),
+    "seed": (_optional(_is_int), "an integer or None"),
+    "tensorboard_log": (_optional(lambda value: isinstance(value, (str, os.PathLike))), "a folder path or None"),
+}
+
+
+def check_hyperparameter(name: str, value: Any) -> None:
+    """:raises ValueError: naming ``name``, what it expects and the ``value`` given, if ``value`` is not valid."""
+    check, expected = RULES[name]
+    if not check(value):
+        raise ValueError(f"{name} must be {expected}; got {value!r}")
+
+
+def check_hyperparameters(values: Mapping[str, Any]) -> None:
+    """Check each hyperparameter of ``values`` (names of :data:`RULES`; others are ignored), then their combinations.
+
+    :raises ValueError: for the first invalid value or combination, naming the hyperparameters involved.
+    """
+    for name, value in values.items():
+        if name in RULES:
+            check_hyperparameter(name, value)
+    n_steps, n_episodes = values.get("n_steps"), values.get("n_episodes")
+    if "n_episodes" in values and n_steps is None and n_episodes is None:
+        raise ValueError(
+            "n_episodes and n_steps are both None: nothing would ever trigger an update. Set n_episodes (finished "
+            "trajectories per agent per update, e.g. 8) or n_steps (transitions per agent per update, e.g. 2048)."
+        )
+    _check_update_trigger(values)
+    for group, settings in (values.get("group_kwargs") or {}).items():
+        for name, value in settings.items():
+            if name in RULES:
+                try:
+                    check_hyperparameter(name, value)
+                except ValueError as error:
+                    raise ValueError(f"group_kwargs[{group!r}]: {error}") from None
+    if values.get("async_training") and values.get("max_version_lag", 1) < 1:
+        raise ValueError(
+            "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
+            "drop as stale: use max_version_lag >= 1 or async_training=False"
+        )
+
+
+def _check_update_trigger(values: Mapping[str, Any]) -> None:
+    """Refuse a buffer bound under which no update could ever be due (collection would reject trajectories forever).
+    With ``n_steps``, that is known where trajectories have a known maximum length (``rollout_len``,
+    ``max_episode_steps``); otherwise learn says so as soon as a buffer is full and still not ready."""
+    max_buffered = values.get("max_buffered_episodes")
+    if max_buffered is None:
+        return
+    n_steps, n_episodes = values.get("n_steps"), values.get("n_episodes")
+    if n_steps is None:
+        if n_episodes is not None and max_buffered < n_episodes:
+            raise ValueError(
+                f"max_buffered_episodes ({max_buffered}) must be at least n_episodes ({n_episodes}), or no update could "
+                "ever be due"
+            )
+        return
+    lengths = [values[name] for name in ("rollout_len", "max_episode_steps") if values.get(name) is not None]
+    if lengths and max_buffered * min(lengths) < n_steps:
+        raise ValueError(
+            f"max_buffered_episodes ({max_buffered}) trajectories of at most {min(lengths)} steps (rollout_len / "
+            f"max_episode_steps) cannot cover n_steps ({n_steps}), so no update could ever be due: raise "
+            f"max_buffered_episodes to at least {-(-n_steps // min(lengths))}"
+        )
