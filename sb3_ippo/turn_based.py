@@ -213,6 +213,8 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
     :param on_env_error: ``"raise"`` or ``"restart"`` a copy whose env raises (see ``MultiAgentVecEnv``). An illegal
         move is never an env error: it always raises.
     :param max_restarts: With ``"restart"``, the restarts allowed in all.
+    :param first_env: An env already made by ``env_fns[0]`` (``make_vec_env``'s probe), used as copy 0; a restart of
+        copy 0 still makes a new one from ``env_fns[0]``.
     """
 
     turn_based = True
@@ -223,9 +225,12 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
         max_episode_steps: int | None = None,
         on_env_error: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        first_env: Any = None,
     ) -> None:
         self._env_fns = list(env_fns)
-        self.envs = [env_fn() for env_fn in env_fns]
+        self.envs = [
+            first_env if index == 0 and first_env is not None else env_fn() for index, env_fn in enumerate(env_fns)
+        ]
         for env in self.envs:
             if not isinstance(env, AECEnv):
                 raise TypeError(f"TurnBasedMultiAgentVecEnv steps PettingZoo AEC envs, got {type(env).__name__}: {env!r}")
@@ -306,6 +311,7 @@ def make_turn_based_vec_env(
     vec_env_cls: str,
     on_env_error: str = "raise",
     max_restarts: int = DEFAULT_MAX_RESTARTS,
+    first_env: Any = None,
 ) -> TurnBasedMultiAgentVecEnv:
     """The vectorized env ``make_vec_env`` builds for a turn-based env.
 
@@ -316,7 +322,7 @@ def make_turn_based_vec_env(
             f"vec_env_cls={vec_env_cls!r}: turn-based (AEC) envs run their copies in this process; use "
             "vec_env_cls='dummy' (a game's step is cheap next to the policy's forward pass)"
         )
-    return TurnBasedMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
+    return TurnBasedMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts, first_env=first_env)
 
 
 def is_turn_based_vec_env(env: Any) -> bool:

@@ -1028,7 +1028,7 @@ def make_vec_env(
 
     probe = make_env()
     if needs_turns(probe):  # an AEC game that cannot run in parallel: its copies are stepped turn by turn
-        vec_env = make_turn_based_vec_env([lambda: probe, *env_fns[1:]], vec_env_cls, on_env_error, max_restarts)
+        vec_env = make_turn_based_vec_env(env_fns, vec_env_cls, on_env_error, max_restarts, first_env=probe)
         if seed is not None:
             vec_env.seed(seed)
         return vec_env

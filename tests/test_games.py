@@ -157,6 +157,48 @@ def test_an_illegal_move_never_reaches_the_env() -> None:
     assert [copy.agent_selection for copy in env.envs] == [P2, P2]
 
 
+class CrashOnce:
+    """A tictactoe factory whose first env raises at its third move (an env bug), the others never."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __call__(self) -> Any:
+        env = tictactoe_v3.env()
+        self.made += 1
+        if self.made == 1:
+            step, moves = env.step, []
+
+            def crashing_step(action: Any) -> None:
+                moves.append(action)
+                if len(moves) == 3:
+                    raise RuntimeError("the board caught fire")
+                step(action)
+
+            env.step = crashing_step  # type: ignore[method-assign]
+        return env
+
+
+def test_a_failing_game_copy_is_restarted_and_only_its_game_is_lost() -> None:
+    factory = CrashOnce()
+    env = make_vec_env(factory, n_envs=1, seed=0, on_env_error="restart")
+    model = IPPO("MlpPolicy", env, n_episodes=100, **TINY)
+    model.learn(20)
+    assert env.restarts == 1 and factory.made == 2  # the copy that failed (make_vec_env's probe), its replacement
+    assert model.episodes_lost == 2  # the game in progress: each seat's open trajectory, never trained on
+    # After the restart, games go on and finish normally.
+    assert len(model.ep_info_buffer) >= 1 and all(len(t) >= 3 for t in finished(model, P1))
+
+
+def test_an_illegal_move_is_an_error_even_with_restarts() -> None:
+    env = make_vec_env(tictactoe_v3.env, n_envs=1, seed=0, on_env_error="restart")
+    env.reset()
+    env.step_agents({P1: np.array([4])})
+    with pytest.raises(ValueError, match="Illegal move refused"):
+        env.step_agents({P2: np.array([4])})
+    assert env.restarts == 0
+
+
 def test_rollout_len_is_refused_for_turn_based_envs() -> None:
     with pytest.raises(ValueError, match="rollout_len cannot cut"):
         IPPO("MlpPolicy", tictactoe(), rollout_len=4, **TINY)
