@@ -20,16 +20,18 @@ from collections.abc import Sequence
 
 import torch as th
 from pettingzoo.classic import connect_four_v3
+from stable_baselines3.common.utils import LinearSchedule
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 
-# The settings benchmarks/games.py measured (docs/benchmarks.md): per seat, an update every 1,024 moves, minibatches
-# of 256, 10 passes at 1e-3, a little entropy, and a 256x256 ReLU network.
+# The settings benchmarks/games.py measured (docs/benchmarks.md#turn-based-games): per seat, an update every 512
+# moves, minibatches of 128, 10 passes, a learning rate decaying linearly from 1e-3 to 0, a little entropy, and a
+# 256x256 ReLU network.
 HYPERPARAMETERS = dict(
-    n_steps=1024,
-    batch_size=256,
+    n_steps=512,
+    batch_size=128,
     n_epochs=10,
-    learning_rate=1e-3,
+    learning_rate=LinearSchedule(1e-3, 0.0, 1.0),
     ent_coef=0.01,
     policy_kwargs=dict(net_arch=[256, 256], activation_fn=th.nn.ReLU),
 )

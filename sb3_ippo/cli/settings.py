@@ -31,11 +31,11 @@ PRINT_EVERY = 5_000
 # (docs/games.md).
 GAME_DEFAULTS: dict[str, Any] = {
     "share_parameters": True,
-    "n_steps": 1024,
+    "n_steps": 512,
     "n_episodes": None,
-    "batch_size": 256,
+    "batch_size": 128,
     "n_epochs": 10,
-    "learning_rate": 1e-3,
+    "learning_rate": "lin_1e-3",
     "ent_coef": 0.01,
     "policy_kwargs": {"net_arch": [256, 256], "activation_fn": nn.ReLU},
 }
