@@ -65,6 +65,6 @@ def test_side_returns_sums_each_side() -> None:
 
 
 def test_connect_four_self_play_example(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    win_rates, output = run_example("connect_four_self_play", tmp_path, capsys, timesteps=2500)
+    win_rates, output = run_example("connect_four_self_play", tmp_path, capsys, timesteps=4000)
     assert set(win_rates) == {"player_0", "player_1"} and all(0.0 <= rate <= 1.0 for rate in win_rates.values())
     assert "policy MaskedMlpPolicy" in output and "player_1 against a random player: win" in output
