@@ -180,6 +180,34 @@ class AgentEpisodeBuffer:
             elif self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
                 self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag)
 
+    def credit(
+        self,
+        rows: np.ndarray,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        final_obs: dict[int, Any],
+        policy_version: int,
+        max_version_lag: int | None = None,
+    ) -> None:
+        """Rewards and episode ends that reach the agent in copies where it did not act (in a turn-based env, during
+        the other players' moves): they belong to its last move there. The reward is added to the last transition of
+        the open trajectory in each of ``rows``, and a termination or truncation closes that trajectory (a truncated
+        one bootstraps from ``final_obs``). Copies without an open trajectory (the agent has not moved in this
+        episode yet) are ignored."""
+        for env_idx in np.flatnonzero(rows).tolist():
+            trajectory = self._open[env_idx]
+            if trajectory is None:
+                continue
+            trajectory.rewards[-1] += float(rewards[env_idx])
+            if terminations[env_idx]:
+                self._finish(env_idx, True, None, policy_version, max_version_lag)
+            elif truncations[env_idx]:
+                bootstrap = final_obs.get(env_idx)
+                if bootstrap is None:
+                    bootstrap = trajectory.observations[-1]
+                self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
+
     def _finish(
         self, env_idx: int, terminated: bool, bootstrap_obs: Any, policy_version: int, max_version_lag: int | None
     ) -> None:

@@ -3,10 +3,12 @@
 ``MultiAgentVecEnv`` follows SB3's ``VecEnv`` step contract (per-copy team rewards, dones and infos, with
 Monitor-style episode statistics), so SB3's own evaluation loop runs on it unchanged; these wrappers only turn a
 PettingZoo env into that vectorized env first. SB3's ``VecEnvWrapper``s around it (``VecVideoRecorder``) are kept.
+With an ``opponent``, games are scored instead by the win, draw and loss rates of each seat (:mod:`sb3_ippo.games`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,7 @@ from stable_baselines3.common import evaluation
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
+from sb3_ippo.games import SeatRecord, evaluate_game
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, as_multiagent_vec_env
 
 
@@ -37,8 +40,10 @@ def evaluate_policy(
     reward_threshold: float | None = None,
     return_episode_rewards: bool = False,
     warn: bool = True,
-) -> tuple[float, float] | tuple[list[float], list[int]]:
-    """Run ``n_eval_episodes`` episodes and score each by its team return (the sum of all agents' rewards).
+    opponent: Any = None,
+) -> tuple[float, float] | tuple[list[float], list[int]] | dict[AgentID, SeatRecord]:
+    """Run ``n_eval_episodes`` episodes and score each by its team return (the sum of all agents' rewards); with an
+    ``opponent``, play games instead and return each seat's win, draw and loss rates.
 
     :param model: An IPPO model (anything whose ``predict`` maps ``{agent_id: obs}`` to ``{agent_id: action}``).
     :param env: A PettingZoo ``ParallelEnv``, a parallelizable ``AECEnv``, or ``make_vec_env(...)`` (also inside SB3
@@ -49,8 +54,19 @@ def evaluate_policy(
     :param callback: Called after each step with the evaluation loop's ``locals()`` and ``globals()``.
     :param reward_threshold: If set, assert that the mean team return reaches it.
     :param return_episode_rewards: Return the per-episode team returns and lengths instead of mean and std.
-    :return: ``(mean, std)`` of the team return, or ``(team returns, lengths)`` per episode.
+    :param opponent: For games: ``"random"`` (uniform among legal moves), a model or policy with ``predict``, or a
+        function of the batched observations. Each seat is then played by the model for ``n_eval_episodes`` games,
+        the other seats by the opponent (see :func:`sb3_ippo.games.evaluate_game`).
+    :return: ``(mean, std)`` of the team return, or ``(team returns, lengths)`` per episode; with an ``opponent``,
+        ``{seat: SeatRecord}`` (``win_rate``, ``draw_rate``, ``loss_rate``, ``non_loss_rate``, ``n_games``).
     """
+    if opponent is not None:
+        if return_episode_rewards or reward_threshold is not None or render or callback is not None:
+            raise ValueError(
+                "With an opponent, evaluate_policy returns win, draw and loss rates per seat: return_episode_rewards, "
+                "reward_threshold, render and callback are for team returns (opponent=None)"
+            )
+        return evaluate_game(model, env, opponent, n_eval_episodes=n_eval_episodes, deterministic=deterministic)
     return evaluation.evaluate_policy(
         model,
         as_evaluation_env(env),
@@ -69,7 +85,14 @@ class MultiAgentEvalCallback(EvalCallback):
     it by the mean team return (``eval/mean_reward``), saves the best model, and triggers ``callback_on_new_best``
     (e.g. ``StopTrainingOnRewardThreshold``). Largely identical to its parent: only the env handling differs.
 
-    :param eval_env: A PettingZoo ``ParallelEnv``, a parallelizable ``AECEnv`` or ``make_vec_env(...)``.
+    With an ``opponent`` (games), the model plays each seat against it for ``n_eval_episodes`` games, and the score
+    is the win rate averaged over the seats (``eval/win_rate``; also ``eval/draw_rate``, ``eval/loss_rate`` and
+    ``eval/<seat>/win_rate``): the best model is the one that wins most, and ``StopTrainingOnRewardThreshold(0.9)``
+    stops at a 90% win rate. ``log_path`` then holds ``timesteps``, ``win_rates``, ``draw_rates`` and ``loss_rates``
+    (one row per evaluation, one column per seat).
+
+    :param eval_env: A PettingZoo env (parallel or AEC) or ``make_vec_env(...)``.
+    :param opponent: None (score by team return), ``"random"``, a model or policy with ``predict``, or a function.
     """
 
     def __init__(
@@ -85,7 +108,12 @@ class MultiAgentEvalCallback(EvalCallback):
         render: bool = False,
         verbose: int = 1,
         warn: bool = True,
+        opponent: Any = None,
     ) -> None:
+        self.opponent = opponent
+        self.evaluations_win_rates: list[list[float]] = []
+        self.evaluations_draw_rates: list[list[float]] = []
+        self.evaluations_loss_rates: list[list[float]] = []
         super().__init__(
             as_evaluation_env(eval_env),
             callback_on_new_best=callback_on_new_best,
@@ -100,6 +128,54 @@ class MultiAgentEvalCallback(EvalCallback):
             warn=warn,
         )
 
+    def _on_step(self) -> bool:
+        if self.opponent is None:
+            return super()._on_step()
+        if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
+            return True
+        records = evaluate_game(
+            self.model, self.eval_env, self.opponent, n_eval_episodes=self.n_eval_episodes, deterministic=self.deterministic
+        )
+        win_rate = float(np.mean([record.win_rate for record in records.values()]))
+        draw_rate = float(np.mean([record.draw_rate for record in records.values()]))
+        loss_rate = float(np.mean([record.loss_rate for record in records.values()]))
+        if self.log_path is not None:
+            self.evaluations_timesteps.append(self.num_timesteps)
+            self.evaluations_win_rates.append([record.win_rate for record in records.values()])
+            self.evaluations_draw_rates.append([record.draw_rate for record in records.values()])
+            self.evaluations_loss_rates.append([record.loss_rate for record in records.values()])
+            np.savez(
+                self.log_path,
+                timesteps=self.evaluations_timesteps,
+                seats=list(records),
+                win_rates=self.evaluations_win_rates,
+                draw_rates=self.evaluations_draw_rates,
+                loss_rates=self.evaluations_loss_rates,
+            )
+        self.last_mean_reward = win_rate
+        if self.verbose >= 1:
+            results = "; ".join(f"{seat} {record}" for seat, record in records.items())
+            print(f"Eval num_timesteps={self.num_timesteps}: {results}")
+        self.logger.record("eval/win_rate", win_rate)
+        self.logger.record("eval/draw_rate", draw_rate)
+        self.logger.record("eval/loss_rate", loss_rate)
+        for seat, record in records.items():
+            self.logger.record(f"eval/{str(seat)[:20]}/win_rate", record.win_rate)
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(self.num_timesteps)
+
+        continue_training = True
+        if win_rate > self.best_mean_reward:
+            if self.verbose >= 1:
+                print("New best win rate!")
+            if self.best_model_save_path is not None:
+                self.model.save(os.path.join(self.best_model_save_path, "best_model"))
+            self.best_mean_reward = win_rate
+            if self.callback_on_new_best is not None:
+                continue_training = self.callback_on_new_best.on_step()
+        if self.callback is not None:
+            continue_training = continue_training and self._on_event()
+        return continue_training
 
 @dataclass
 class AgentEvaluation:

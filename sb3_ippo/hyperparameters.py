@@ -109,6 +109,19 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a dict {group name: {setting: value}} or None",
     ),
     "batched": (_bool, "True or False"),
+    "opponents": (
+        _optional(lambda value: isinstance(value, Mapping)),
+        "a dict {seat: opponent} such as {'player_2': 'random'} (an opponent: 'random', a model, a function), or None",
+    ),
+    "self_play_pool": (
+        _optional(
+            lambda value: isinstance(value, Mapping)
+            and set(value) == {"snapshot_every", "size"}
+            and all(_positive_int(v) for v in value.values())
+        ),
+        "dict(snapshot_every=K, size=M) with positive integers K (updates between snapshots) and M (snapshots kept), "
+        "or None",
+    ),
     "async_training": (_bool, "True or False"),
     "stats_window_size": (_positive_int, POSITIVE_INT + " (episodes averaged in rollout/ep_rew_mean)"),
     "policy_kwargs": (_optional(lambda value: isinstance(value, Mapping)), 'a dict such as dict(net_arch=[64, 64]), or None'),

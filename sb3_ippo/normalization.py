@@ -7,6 +7,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
+from sb3_ippo.masking import MASK_KEY
 from sb3_ippo.vec_env import ObsArray
 
 
@@ -32,7 +33,7 @@ class ObservationNormalizer:
             self.obs_rms = {
                 key: RunningMeanStd(shape=space.shape or ())
                 for key, space in observation_space.spaces.items()
-                if _normalizable(space)
+                if _normalizable(space) and key != MASK_KEY  # an action mask is not a feature: it passes through
             }
         elif _normalizable(observation_space):
             self.obs_rms = RunningMeanStd(shape=observation_space.shape or ())

@@ -32,6 +32,12 @@ def policy_observation_space(space: spaces.Space) -> spaces.Space:
 def to_policy_observation(obs: Any, space: spaces.Space) -> Any:
     """Observations of ``space`` (single or batched) in the layout of :func:`policy_observation_space`."""
     if isinstance(space, spaces.Dict):
+        missing = [key for key in space.spaces if not isinstance(obs, dict) or key not in obs]
+        if missing:
+            found = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(
+                f"The observation lacks the entries {missing} of its Dict space (got {found}): pass it as the env gives it"
+            )
         return {key: to_policy_observation(obs[key], sub) for key, sub in space.spaces.items()}
     if _is_channel_last_image(space):
         return np.moveaxis(obs, -1, -3)

@@ -85,8 +85,8 @@ def to_parallel_env(env: Any) -> ParallelEnv:
             name = env.metadata.get("name", type(env.unwrapped).__name__)
             raise ValueError(
                 f"The AEC environment {name} is turn-based (its metadata does not set is_parallelizable), so it "
-                "cannot be converted to a parallel environment, and sb3_ippo does not support turn-based games yet. "
-                "If the env has a `parallel_env()`, pass that instead."
+                "cannot be converted to a parallel environment. make_vec_env(env_fn) and IPPO(policy, env) step such envs "
+                "turn by turn (sb3_ippo.turn_based)."
             )
         return aec_to_parallel(env)
     if isinstance(env, str):
@@ -994,7 +994,8 @@ def make_vec_env(
     """Run ``n_envs`` copies of a PettingZoo env, each resetting itself at the end of its episodes.
 
     :param env_fn: A factory of PettingZoo envs, e.g. ``simple_spread_v3.parallel_env``. An AEC env is
-        converted to a parallel one where PettingZoo allows it.
+        converted to a parallel one where PettingZoo allows it; otherwise (the classic games) its copies are stepped
+        turn by turn (:mod:`sb3_ippo.turn_based`).
     :param n_envs: Number of copies.
     :param seed: Copy ``i`` is seeded with ``seed + i`` at its first reset (None: unseeded).
     :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes, ``"ray"`` in
@@ -1030,6 +1031,16 @@ def make_vec_env(
     env_fns = [make_env for _ in range(n_envs)]
     vec_env: MultiAgentVecEnv
     check_env_error_policy(on_env_error, max_restarts)
+    from sb3_ippo.turn_based import make_turn_based_vec_env, needs_turns  # turn_based builds on this module
+
+    probe = make_env()
+    if needs_turns(probe):  # an AEC game that cannot run in parallel: its copies are stepped turn by turn
+        vec_env = make_turn_based_vec_env(env_fns, vec_env_cls, on_env_error, max_restarts, first_env=probe)
+        if seed is not None:
+            vec_env.seed(seed)
+        return vec_env
+    if not isinstance(probe, type) and callable(getattr(probe, "close", None)):
+        probe.close()
     if vec_env_cls == "dummy":
         vec_env = DummyMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
     elif vec_env_cls == "subproc":
@@ -1063,5 +1074,9 @@ def as_multiagent_vec_env(env: Any) -> MultiAgentVecEnv:
         raise TypeError(
             f"Got the SB3 VecEnv {env}; sb3_ippo needs a PettingZoo env or sb3_ippo.make_vec_env(env_fn, n_envs=...)"
         )
+    from sb3_ippo.turn_based import TurnBasedMultiAgentVecEnv, needs_turns  # turn_based builds on this module
+
+    if needs_turns(env):
+        return TurnBasedMultiAgentVecEnv([lambda: env])
     parallel_env = to_parallel_env(env)
     return DummyMultiAgentVecEnv([lambda: parallel_env])

@@ -98,3 +98,17 @@ def test_version_stamp_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     load_benchmark("version_stamp").main(["--stale-steps", "120", "--learn-steps", "0"])
     table = capsys.readouterr().out
     assert "episode_end" in table and "first_step" in table and "stale share" in table
+
+
+def test_games_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    options = ["--seeds", "1", "--ttt-timesteps", "80", "--c4-timesteps", "80", "--eval-every", "40", "--eval-games", "4"]
+    rows = load_benchmark("games").main(
+        [*options, "--final-games", "4", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path)]
+    )
+    # tictactoe: one run per learner seat; connect four: one self-play run evaluated in both seats.
+    assert [(row["task"], row["eval_seat"]) for row in rows] == [
+        ("tictactoe", "player_1"), ("tictactoe", "player_2"), ("connect_four", "player_0"), ("connect_four", "player_1"),
+    ]  # fmt: skip
+    assert all(row["games"] == 4 and row["env_steps"] >= 80 for row in rows)
+    assert {path.name for path in tmp_path.iterdir()} >= {"games.csv", "games_curves.csv", "games.png"}
+    assert "target" in capsys.readouterr().out

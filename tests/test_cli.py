@@ -336,7 +336,6 @@ BAD_TRAIN_OPTIONS = [
     (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
     (["--env", "no_such_package.some_env"], "pip install no_such_package"),
     (["--env", "pettingzoo.utils"], "has neither parallel_env() nor env()"),
-    (["--env", "pettingzoo.classic.tictactoe_v3"], "tictactoe_v3 is turn-based"),
     (["--env-kwargs", "N=many"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'many'}"),
     (["--env-kwargs", "colour=1"], "unexpected keyword argument 'colour'"),
     (["--wrappers", "resiz"], "Unknown SuperSuit wrapper 'resiz': choose from"),

@@ -15,6 +15,7 @@ from pettingzoo.classic import tictactoe_v3
 from pettingzoo.sisl import multiwalker_v9
 
 from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo.vec_env import to_parallel_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 from tests.test_run import assert_same_parameters, parameters
 
@@ -271,9 +272,12 @@ def test_an_aec_env_is_converted_to_parallel() -> None:
     assert model.policy_version == 2
 
 
-def test_an_aec_env_that_cannot_run_in_parallel_is_a_clear_error() -> None:
+def test_an_aec_env_that_cannot_run_in_parallel_is_stepped_turn_by_turn() -> None:
+    # Games: see tests/test_games.py. Only a direct conversion to a parallel env is still refused.
+    model = make_model(tictactoe_v3.env())
+    assert type(model.env).__name__ == "TurnBasedMultiAgentVecEnv"
     with pytest.raises(ValueError, match=r"tictactoe.*parallel"):
-        make_model(tictactoe_v3.env())
+        to_parallel_env(tictactoe_v3.env())
 
 
 # ----------------------------------------------------------------------------------------------------------------

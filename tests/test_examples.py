@@ -62,3 +62,9 @@ def test_pistonball_cnn_example(tmp_path: pathlib.Path, capsys: pytest.CaptureFi
 def test_side_returns_sums_each_side() -> None:
     side_returns = load_example("simple_adversary").side_returns
     assert side_returns({"adversary_0": -3.0, "agent_0": 1.0, "agent_1": 2.5}) == (-3.0, 3.5)
+
+
+def test_connect_four_self_play_example(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    win_rates, output = run_example("connect_four_self_play", tmp_path, capsys, timesteps=4000)
+    assert set(win_rates) == {"player_0", "player_1"} and all(0.0 <= rate <= 1.0 for rate in win_rates.values())
+    assert "policy MaskedMlpPolicy" in output and "player_1 against a random player: win" in output

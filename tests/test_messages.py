@@ -69,6 +69,8 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("share_parameters", "yes", "True, False or a dict {group name: bool}"),
     ("group_kwargs", {"agent": 0.01}, "a dict {group name: {setting: value}} or None"),
     ("batched", 1, "True or False"),
+    ("opponents", ["random"], "a dict {seat: opponent}"),
+    ("self_play_pool", dict(snapshot_every=0, size=2), "dict(snapshot_every=K, size=M) with positive integers"),
     ("stats_window_size", 0, "a positive integer"),
     ("policy_kwargs", "dict(net_arch=[16])", "a dict such as dict(net_arch=[64, 64])"),
     ("verbose", -1, "0 (no output), 1"),
@@ -157,12 +159,9 @@ def test_an_env_instance_given_to_make_vec_env_says_to_pass_the_function() -> No
         make_vec_env(simple_spread_v3.parallel_env())  # type: ignore[arg-type]
 
 
-def test_a_turn_based_game_is_not_supported_yet_and_gets_no_is_parallelizable_advice() -> None:
-    with pytest.raises(ValueError) as error:
-        IPPO("MlpPolicy", tictactoe_v3.env())
-    message = str(error.value)
-    assert "tictactoe_v3 is turn-based" in message and "does not support turn-based games yet" in message
-    assert "set the `is_parallelizable`" not in message and "to True" not in message  # PettingZoo's advice, wrong here
+def test_a_turn_based_game_is_stepped_turn_by_turn() -> None:
+    # No more "not supported" message: the game trains (tests/test_games.py).
+    assert type(IPPO("MlpPolicy", tictactoe_v3.env()).env).__name__ == "TurnBasedMultiAgentVecEnv"
 
 
 def test_vec_normalize_points_to_normalize_obs() -> None:

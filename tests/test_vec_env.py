@@ -455,9 +455,11 @@ def test_aec_env_is_converted_to_parallel() -> None:
         assert_same(rollout(aec, 5), rollout(parallel, 5))
 
 
-def test_aec_env_that_cannot_run_in_parallel_is_refused() -> None:
-    with pytest.raises(ValueError, match="cannot be converted to a parallel environment"):
-        make_vec_env(tictactoe_v3.env)
+def test_aec_env_that_cannot_run_in_parallel_is_stepped_turn_by_turn_in_this_process() -> None:
+    # The turn-based copies themselves: tests/test_games.py.
+    assert type(make_vec_env(tictactoe_v3.env, n_envs=2)).__name__ == "TurnBasedMultiAgentVecEnv"
+    with pytest.raises(ValueError, match=r"turn-based .* in this process"):
+        make_vec_env(tictactoe_v3.env, n_envs=2, vec_env_cls="subproc")
 
 
 @pytest.mark.parametrize(

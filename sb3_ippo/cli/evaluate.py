@@ -17,7 +17,8 @@ import numpy as np
 from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
 from sb3_ippo.cli.values import env_error, installed, parse_wrapper
 from sb3_ippo.env_factory import EnvFactory
-from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents
+from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
+from sb3_ippo.turn_based import is_turn_based_vec_env
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.vec_env import make_vec_env
 
@@ -30,6 +31,15 @@ def print_evaluation(result: AgentEvaluation, heading: str) -> None:
     print(f"  {'team return':<{width}}  {mean:9.2f} +/- {std:.2f}   (episode length {np.mean(result.lengths):.1f})")
     for agent, (agent_mean, agent_std) in result.agent_mean_std().items():
         print(f"  {agent!s:<{width}}  {agent_mean:9.2f} +/- {agent_std:.2f}")
+
+
+def print_game_results(model: IPPO, env: Any, n_games: int, deterministic: bool = True) -> None:
+    """A game's results (a turn-based env, whose team return says nothing): each seat's win, draw and loss rates
+    against a uniformly random player."""
+    records = evaluate_policy(model, env, n_eval_episodes=n_games, deterministic=deterministic, opponent="random")
+    assert isinstance(records, dict)
+    for seat, record in records.items():
+        print(f"  {seat} against a random player: {record}")
 
 
 def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.Path:
@@ -107,9 +117,12 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
     if args.video is None:
         with contextlib.closing(env):
             result = evaluate_agents(model, env, n_eval_episodes=args.episodes, deterministic=deterministic)
+            print_evaluation(result, heading)
+            if is_turn_based_vec_env(env):
+                print_game_results(model, env, args.episodes, deterministic)
     else:
         result = _evaluate_on_video(model, env, args.video, args.episodes, deterministic)
-    print_evaluation(result, heading)
+        print_evaluation(result, heading)
     if args.video is not None:
         print(f"Saved the video of the {result.n_episodes} episodes to {args.video}")
     return result

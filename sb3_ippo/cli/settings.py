@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from torch import nn
+
 import sb3_ippo
 from sb3_ippo.cli.values import hyperparameter_type, jsonable, parse_wrapper, schedule, to_text
 from sb3_ippo.env_factory import WrapperSpec
@@ -24,6 +26,23 @@ MODEL_FILE = "model.zip"
 # Defaults of the train options that a hyperparameter file may also set (the command line wins over the file).
 TRAIN_DEFAULTS: dict[str, Any] = {"timesteps": 200_000, "n_envs": 8, "vec_env": "dummy", "policy": "MlpPolicy"}
 PRINT_EVERY = 5_000
+# Hyperparameters for envs where IPPO's defaults do not fit, under the hyperparameter file and the command line.
+# Two-player board games: self-play, one shared network for both seats, and the settings benchmarks/games.py measured
+# (docs/games.md).
+GAME_DEFAULTS: dict[str, Any] = {
+    "share_parameters": True,
+    "n_steps": 512,
+    "n_episodes": None,
+    "batch_size": 128,
+    "n_epochs": 10,
+    "learning_rate": "lin_1e-3",
+    "ent_coef": 0.01,
+    "policy_kwargs": {"net_arch": [256, 256], "activation_fn": nn.ReLU},
+}
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pettingzoo.classic.tictactoe_v3": GAME_DEFAULTS,
+    "pettingzoo.classic.connect_four_v3": GAME_DEFAULTS,
+}
 # IPPO arguments that are not hyperparameters, or that have an option of their own.
 NOT_HYPERPARAMETERS = {"policy", "env", "seed", "verbose", "device", "tensorboard_log", "_init_setup_model"}
 
@@ -235,7 +254,8 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         env_kwargs = dict(args.env_kwargs)
     else:
         env_kwargs = from_file.get("env_kwargs", dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {})
-    hyperparameters = {name: setting(name, default) for name, default in defaults.items()}
+    env_defaults = ENV_DEFAULTS.get(env_id, {})
+    hyperparameters = {name: setting(name, env_defaults.get(name, default)) for name, default in defaults.items()}
     return TrainSettings(
         env=env_id,
         env_kwargs=env_kwargs,

@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
-from sb3_ippo.cli.evaluate import print_evaluation
+from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
 from sb3_ippo.cli.settings import MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
 from sb3_ippo.cli.values import env_error, installed, schedule
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
 from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo import IPPO
+from sb3_ippo.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
 
 
@@ -249,6 +250,8 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
         with contextlib.closing(eval_env):
             print_evaluation(evaluate_agents(model, eval_env, n_eval_episodes=settings.eval_episodes), "Final evaluation")
+            if is_turn_based_vec_env(eval_env):
+                print_game_results(model, eval_env, settings.eval_episodes)
     assert model.env is not None
     model.env.close()
     return model_path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import numbers
@@ -17,6 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
@@ -43,10 +46,13 @@ from sb3_ippo.learner import (
     UpdateOptions,
     UpdateResult,
 )
+from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, policy_for_agent, unmasked_normalizer
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
 from sb3_ippo.ppo_update import KLStop, UpdateStats
 from sb3_ippo.stacked import StackedPolicies, concat_tensor_obs, stack_tensor_obs, why_not_stackable
+from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
+from sb3_ippo.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
@@ -176,6 +182,16 @@ class IPPO(BaseAlgorithm):
         must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
         a ``RuntimeError``; the model keeps its last applied weights. Scripts need ``if __name__ == "__main__":``
         and picklable policies (``docs/algorithm.md``).
+    :param opponents: ``{agent id: opponent}``: seats that a fixed opponent plays and that never train (nothing of
+        theirs is stored): ``"random"`` (uniform among the legal moves), any model's ``predict`` (an IPPO model plays
+        the seat with its policy for that agent; ``PPO``, ``MaskablePPO``, a policy), or a function of the batched
+        observations that returns one action per row. Their moves are part of the other agents' environment. Not
+        saved with the model (an opponent may be any object): pass it again to ``IPPO.load`` to continue training.
+    :param self_play_pool: ``dict(snapshot_every=K, size=M)``: keep frozen copies of the learner's policies, one every
+        K updates (and one at the start), the last M of them. In every episode of every env copy, one seat (drawn
+        uniformly among the seats that ``opponents`` leaves free) is played by a snapshot drawn uniformly from the
+        pool, and never trains there; the other seats learn. With ``share_parameters=True`` in a symmetric game the
+        learner thus plays earlier versions of itself from every seat, the usual guard against cycling. None: no pool.
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``.
@@ -226,6 +242,8 @@ class IPPO(BaseAlgorithm):
         group_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         batched: bool = True,
         async_training: bool = False,
+        opponents: Mapping[AgentID, Any] | None = None,
+        self_play_pool: Mapping[str, int] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -234,7 +252,7 @@ class IPPO(BaseAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if isinstance(policy, type) and not issubclass(policy, ActorCriticPolicy):
+        if isinstance(policy, type) and not issubclass(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
             raise TypeError(
                 f"policy must be an ActorCriticPolicy subclass or one of {list(self.policy_aliases)}, got {policy}"
             )
@@ -285,6 +303,8 @@ class IPPO(BaseAlgorithm):
         self.group_kwargs = group_kwargs
         self.batched = batched
         self.async_training = async_training
+        self.opponents = opponents
+        self.self_play_pool = self_play_pool
 
         self.policy_version = 0
         self.stale_episodes_dropped = 0
@@ -353,6 +373,11 @@ class IPPO(BaseAlgorithm):
         self.action_space = spaces.Dict(self.action_spaces)
         if self.max_episode_steps is not None:
             env.max_episode_steps = self.max_episode_steps
+        if self.rollout_len is not None and is_turn_based_vec_env(env):
+            raise ValueError(
+                "rollout_len cannot cut the trajectories of a turn-based env: a move's reward arrives with the other "
+                "players' replies, after the cut. Use rollout_len=None (games end by themselves)."
+            )
 
     def _check_env_matches(self, env: MultiAgentVecEnv) -> None:
         if list(env.possible_agents) != list(self.possible_agents):
@@ -435,10 +460,15 @@ class IPPO(BaseAlgorithm):
             lr_schedule = self._group_schedules[group.name].get("learning_rate", self.lr_schedule)
             shared = None
             for agent in group.agents:
-                self._check_policy_fits(agent, policy_class)
+                # A masked agent (an action_mask in its observation) gets sb3-contrib's maskable policy (masking.py).
+                agent_class, agent_space = policy_for_agent(
+                    agent, policy_class, self.observation_spaces[agent], self.action_spaces[agent]
+                )
+                if agent_class is policy_class:
+                    self._check_policy_fits(agent, policy_class)
                 if shared is None or not group.share_parameters:
-                    shared = policy_class(  # type: ignore[call-arg]
-                        policy_observation_space(self.observation_spaces[agent]),
+                    shared = agent_class(  # type: ignore[call-arg]
+                        policy_observation_space(agent_space),
                         self.action_spaces[agent],
                         lr_schedule,
                         **policy_kwargs,
@@ -455,6 +485,18 @@ class IPPO(BaseAlgorithm):
             if (stacked := self._stack(group.name, [self.policies[agent] for agent in group.agents])) is not None
         }
         self._make_buffers()
+        self._seats: FrozenSeats | None = make_frozen_seats(
+            self.possible_agents, self.action_spaces, self.opponents, self.self_play_pool, self._snapshot, self.seed
+        )
+
+    def _snapshot(self) -> SnapshotOpponent:
+        """A frozen copy of every agent's policy, with the observation statistics of now (for the self-play pool)."""
+        policies, obs_normalizers = copy.deepcopy((dict(self.policies), self.obs_normalizers))
+        preprocess = {
+            agent: functools.partial(self._policy_input, agent, obs_normalizers=obs_normalizers)
+            for agent in self.possible_agents
+        }
+        return SnapshotOpponent(policies, preprocess)
 
     def _group_policy_class(self, group: AgentGroup) -> type[ActorCriticPolicy]:
         policy = group.settings.get("policy")
@@ -486,6 +528,8 @@ class IPPO(BaseAlgorithm):
         group = self._agent_groups[group_name]
         if not self.batched or len(policies) < 2 or group.share_parameters:
             return None
+        if any(isinstance(policy, MaskedInputMixin) for policy in policies):
+            return None  # Masked groups take the reference path (stacked.py has no maskable distributions).
         reason = why_not_stackable(policies)
         if reason is None and not same_spaces(group, self.observation_spaces, self.action_spaces):
             reason = "its agents' spaces differ"
@@ -535,6 +579,8 @@ class IPPO(BaseAlgorithm):
             "_group_log_names",
             "_group_schedules",
             "_stacked",
+            "_seats",
+            "opponents",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
@@ -821,16 +867,21 @@ class IPPO(BaseAlgorithm):
         while continue_training and not self._update_due() and self.num_timesteps < total_timesteps:
             obs: dict[AgentID, ObsArray] = self._last_obs  # type: ignore[assignment]
             alive = self._last_alive
-            acting = [agent for agent in self.possible_agents if alive[agent].any()]
-            sampled = self._act(obs, alive, acting)
-            step = env.step_agents({agent: self._env_actions(agent, sampled[agent][0]) for agent in acting})
+            # Where the learner acts: every alive agent, but not the seats that frozen opponents play (self_play.py).
+            learning = alive if self._seats is None else self._seats.learning(alive)
+            acting = [agent for agent in self.possible_agents if learning[agent].any()]
+            sampled = self._act(obs, learning, acting)
+            env_actions = {agent: self._env_actions(agent, sampled[agent][0]) for agent in acting}
+            if self._seats is not None:
+                self._seats.play(obs, alive, env_actions, self.action_spaces)
+            step = env.step_agents(env_actions)
             self.num_timesteps += env.num_envs
             recorded = self._handle_env_restarts(step)
 
             for agent in acting:
                 actions, values, log_probs = sampled[agent]
                 self.buffers[agent].add(
-                    alive[agent] & recorded,
+                    learning[agent] & recorded,
                     obs[agent],
                     actions,
                     step.rewards[agent],
@@ -844,6 +895,7 @@ class IPPO(BaseAlgorithm):
                     self.max_version_lag,
                 )
                 self._agents_seen.add(agent)
+            self._credit_waiting_agents(step, learning)
             self._count_dropped_episodes()
 
             # What SB3 callbacks read from `locals`.
@@ -854,11 +906,30 @@ class IPPO(BaseAlgorithm):
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_alive = step.alive
             self._last_episode_starts = dones
+            if self._seats is not None:
+                self._seats.start_episodes(dones)
             callback.update_locals(locals())
             continue_training = callback.on_step()
 
         callback.on_rollout_end()
         return continue_training
+
+    def _credit_waiting_agents(self, step: MultiAgentStep, acted: Mapping[AgentID, np.ndarray]) -> None:
+        """Rewards and episode ends that reach agents in copies where they did not act (in a turn-based env, during
+        the other players' moves) belong to their last transition there (``AgentEpisodeBuffer.credit``)."""
+        for agent in self.possible_agents:
+            ends = step.terminations[agent] | step.truncations[agent]
+            waiting = ~acted[agent] & ((step.rewards[agent] != 0) | ends)
+            if waiting.any():
+                self.buffers[agent].credit(
+                    waiting,
+                    step.rewards[agent],
+                    step.terminations[agent],
+                    step.truncations[agent],
+                    step.final_obs[agent],
+                    self.policy_version,
+                    self.max_version_lag,
+                )
 
     def _handle_env_restarts(self, step: MultiAgentStep) -> np.ndarray:
         """Count the env copies restarted in ``step`` and drop the trajectories their lost episodes left open, which
@@ -954,6 +1025,8 @@ class IPPO(BaseAlgorithm):
         self.update_stats = stats
         self.policy_version += 1
         self._n_updates += 1
+        if self._seats is not None:
+            self._seats.after_update(self.policy_version)
         self._record_update(job)
 
     def _finish_update_in_flight(self) -> bool:
@@ -1086,6 +1159,8 @@ class IPPO(BaseAlgorithm):
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
         """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
         importing sb3_ippo), and its deterministic actions on raw observations equal this model's for that agent.
+        A masked agent (an ``action_mask`` in its observation) is written as a ``sb3_contrib.MaskablePPO`` zip: its
+        observation is the env's without the mask, and its ``predict`` takes the mask as ``action_masks``.
 
         With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
         of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard
@@ -1100,8 +1175,9 @@ class IPPO(BaseAlgorithm):
         group = self._agent_groups[self._group_of[agent_id]]
         setting = functools.partial(self._group_setting, group.name)  # the agent's group's own settings, if any
         max_grad_norm = setting("max_grad_norm")
-        ppo = PPO(
-            type(policy),
+        masked = isinstance(policy, MaskedInputMixin)
+        ppo = (MaskablePPO if masked else PPO)(
+            base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
             env=None,  # type: ignore[arg-type]
             learning_rate=setting("learning_rate"),
             n_steps=max(self.n_steps or 2048, 2),
@@ -1127,5 +1203,6 @@ class IPPO(BaseAlgorithm):
         ppo.policy.load_state_dict(policy.state_dict())
         ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
         if self.obs_normalizers is not None:
-            fold_observation_normalization(ppo.policy, self.obs_normalizers[agent_id])
+            normalizer = self.obs_normalizers[agent_id]
+            fold_observation_normalization(ppo.policy, unmasked_normalizer(normalizer) if masked else normalizer)  # type: ignore[arg-type]
         ppo.save(path)
