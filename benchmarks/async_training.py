@@ -5,8 +5,9 @@ Both run IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.02) on ``--n-en
 ``async_training`` differs. Each round trains a fresh model of each mode for ``--timesteps`` env steps, with each kind of
 env copies of ``--vec-env`` (in-process "dummy" and worker-process "subproc" by default); the modes take turns (A B, then
 B A ...) and the figures are medians over the rounds. Torch runs one thread in the main process and one in the learner,
-so collection and the update use one core each; an async round includes starting its learner (a fresh interpreter
-importing torch: one to a few seconds). The gain needs a second free core: on a machine whose cores are busy it is
+so collection and the update use one core each. An async round's whole ``learn`` includes starting its learner (a
+fresh interpreter importing torch: one to a few seconds) and stopping it; its steady state runs from the first applied
+update to the last env step. The gain needs a second free core: on a machine whose cores are busy it is
 small or none, and the load average printed says how busy it was.
 
     python benchmarks/async_training.py [--rounds 5] [--timesteps 4000] [--n-envs 8] [--vec-env dummy subproc]
@@ -34,21 +35,26 @@ MODES = {"sync": False, "async": True}
 
 
 class SteadyClock(BaseCallback):
-    """Notes the time and env steps when the first update has been applied: the steady state starts there."""
+    """Notes the time and env steps when the first update has been applied, and at the last env step: the steady state
+    runs between the two, without the learner's start (a fresh interpreter importing torch) before it, and without the
+    last update and the learner's stop after it, which a long training pays once too."""
 
     def __init__(self) -> None:
         super().__init__()
         self.start: tuple[float, int] | None = None
+        self.last: tuple[float, int] = (0.0, 0)
 
     def _on_step(self) -> bool:
+        now = (time.perf_counter(), self.model.num_timesteps)
         if self.start is None and self.model.policy_version >= 1:
-            self.start = (time.perf_counter(), self.model.num_timesteps)
+            self.start = now
+        self.last = now
         return True
 
 
 def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, seed: int) -> tuple[float, float]:
-    """Env steps per wall-clock second of one fresh model's ``learn``: over the whole of it (learner start-up
-    included), and in the steady state, from the first applied update to the end."""
+    """Env steps per wall-clock second of one fresh model's ``learn``: over the whole of it (learner start and stop
+    included), and in the steady state, from the first applied update to the last env step."""
     kwargs = common.env_kwargs(ENV_NAME)
     env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs, vec_env_cls=vec_env)
     model = IPPO("MlpPolicy", env, async_training=async_training, seed=seed, device="cpu",
@@ -60,8 +66,8 @@ def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, see
     env.close()
     if clock.start is None:
         raise ValueError(f"--timesteps {args.timesteps} gave no applied update before the end: raise it")
-    steady_seconds, steady_start = end - clock.start[0], clock.start[1]
-    return model.num_timesteps / (end - start), (model.num_timesteps - steady_start) / steady_seconds
+    (steady_start, steady_steps_start), (steady_end, steady_steps_end) = clock.start, clock.last
+    return model.num_timesteps / (end - start), (steady_steps_end - steady_steps_start) / (steady_end - steady_start)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,7 +83,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     """Run the benchmark, print the table, and return, per kind of env copies, the median env steps per second of
-    each mode (``sync``, ``async``: whole learn; ``sync_steady``, ``async_steady``: after the first applied update)
+    each mode (``sync``, ``async``: whole learn; ``sync_steady``, ``async_steady``: from the first applied update to
+    the last env step)
     and their ratios (``ratio``, ``ratio_steady``)."""
     args = parse_args(argv)
     common.set_torch_threads(1)

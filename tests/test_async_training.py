@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pathlib
+import pickle
 import signal
 import time
 from collections.abc import Iterator
@@ -70,11 +71,14 @@ class Watcher(BaseCallback):
         self.steps: list[tuple[int, dict[str, dict[str, th.Tensor]]]] = []
         self.saved: tuple[int, dict[str, dict[str, th.Tensor]]] | None = None
         self.learner_pids: set[int] = set()
+        self.learner_processes: list[Any] = []
 
     def _on_step(self) -> bool:
         self.steps.append((self.model.policy_version, parameters(self.model)))
         if self.model._learner is not None:
             self.learner_pids.add(self.model._learner.process.pid)
+            if not self.learner_processes:
+                self.learner_processes.append(self.model._learner.process)
         if self.model._update_in_flight is not None and self.saved is None:
             self.model.save(self.save_path)
             self.saved = self.steps[-1]
@@ -131,7 +135,26 @@ def test_collection_goes_on_with_unchanged_policies_while_the_update_runs(async_
 def test_one_learner_process_serves_every_update_and_is_gone_after_learn(async_run: AsyncRun) -> None:
     assert len(async_run.watcher.learner_pids) == 1
     assert async_run.model._stacked  # the agents form one stacked group: the batched update runs in the learner
+    assert async_run.watcher.learner_processes[0].exitcode == 0  # it ended when asked, not terminated
     assert_no_learner_left(async_run.model, async_run.watcher.learner_pids.pop())
+
+
+def test_a_result_installs_the_trained_weights_and_adam_states_exactly() -> None:
+    # What the learner sends back, through pickle, makes another copy of the model the trained one.
+    trained, copy = make_model(), make_model()
+    trained.learn(STEPS_PER_UPDATE)  # Adam has state to send
+    trainer = trained._make_trainer()
+    stats = {agent: trained.update_stats[agent] for agent in trained.possible_agents}
+    result = pickle.loads(pickle.dumps(trainer.result(stats)))
+    assert all(isinstance(value, np.ndarray) for state in result.policy_states.values() for value in state.values())
+    result.install(copy.policies)
+    assert_same_parameters(parameters(copy), parameters(trained))
+    for agent in trained.possible_agents:
+        mine, theirs = copy.policies[agent].optimizer.state_dict(), trained.policies[agent].optimizer.state_dict()
+        assert mine["param_groups"] == theirs["param_groups"]
+        for index, state in theirs["state"].items():
+            assert state.keys() == mine["state"][index].keys()
+            assert all(th.equal(mine["state"][index][key], value) for key, value in state.items())
 
 
 def test_the_logger_gets_every_update_once(async_run: AsyncRun) -> None:

@@ -1018,9 +1018,7 @@ class IPPO(BaseAlgorithm):
         """Install the learner's results (weights, optimizer states and return statistics), if the update ran there,
         advance ``policy_version`` and record the update's statistics."""
         if trained is not None:
-            for agent, state in trained.policy_states.items():
-                self.policies[agent].load_state_dict(state)
-                self.policies[agent].optimizer.load_state_dict(trained.optimizer_states[agent])
+            trained.install(self.policies)
             self.return_normalizers = trained.return_normalizers
         self.update_stats = stats
         self.policy_version += 1
