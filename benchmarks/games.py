@@ -5,8 +5,8 @@ Two tasks, each over several seeds (issue 12's targets):
 - ``tictactoe``: tictactoe_v3, the learner in one seat and a uniformly random player (``opponents={other: "random"}``)
   in the other; one run per seat. Target: non-loss >= 95% over 1,000 games within 200k env steps, in either seat.
 - ``connect_four``: connect_four_v3 by self-play: one network for both seats (``share_parameters=True``) and a
-  self-play pool (one seat of every game played by a snapshot of the last updates). Target: win >= 90% against a
-  uniformly random player within 500k env steps.
+  self-play pool (one seat of every game played by one of the last 20 snapshots, taken every 10 updates).
+  Target: win >= 90% against a uniformly random player within 500k env steps.
 
 An env step is one move of one copy, whoever made it: the random player's and the snapshots' moves count too. Every
 ``--eval-every`` env steps the model plays ``--eval-games`` games per seat against a uniformly random player
@@ -43,18 +43,20 @@ from stable_baselines3.common.utils import LinearSchedule
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.games import evaluate_game
 
-# Chosen on tictactoe's second seat, the hard one (docs/benchmarks.md#turn-based-games): per seat an update every 512
-# moves, minibatches of 128, 10 passes, a learning rate decaying linearly from 1e-3 to 0, a little entropy, and a
-# 256x256 ReLU network. IPPO's defaults (64x64 tanh, an update every 8 games) stay near 80% non-loss there.
+# Chosen on short runs (docs/benchmarks.md#turn-based-games), tictactoe's second seat being the hard one: 10 passes
+# per update, a learning rate decaying linearly from 1e-3 to 0 over the run, a little entropy, and a 256x256 ReLU
+# network; per seat an update every 1,024 moves (minibatches of 256) in tictactoe, every 512 (minibatches of 128) in
+# connect four. IPPO's defaults (64x64 tanh, an update every 8 games, constant 3e-4) stay near 80% non-loss in
+# tictactoe's second seat.
 HYPERPARAMETERS: dict[str, Any] = dict(
-    n_steps=512,
-    batch_size=128,
     n_epochs=10,
     learning_rate=LinearSchedule(1e-3, 0.0, 1.0),
     ent_coef=0.01,
     policy_kwargs=dict(net_arch=[256, 256], activation_fn=th.nn.ReLU),
 )
-SELF_PLAY_POOL = dict(snapshot_every=5, size=10)
+BATCHES = {"tictactoe": dict(n_steps=1024, batch_size=256), "connect_four": dict(n_steps=512, batch_size=128)}
+# One seat of every connect four game is played by one of the last 20 snapshots, taken every 10 updates.
+SELF_PLAY_POOL = dict(snapshot_every=10, size=20)
 N_ENVS = 8
 TASKS = ("tictactoe", "connect_four")
 
@@ -79,11 +81,19 @@ def train_and_evaluate(
     env = make_vec_env(env_fn, n_envs=N_ENVS, seed=seed)
     eval_env = make_vec_env(env_fn, n_envs=N_ENVS, seed=seed + 10_000)
     if seat is None:
-        model = IPPO("MlpPolicy", env, seed=seed, share_parameters=True, self_play_pool=SELF_PLAY_POOL, **HYPERPARAMETERS)
+        model = IPPO(
+            "MlpPolicy",
+            env,
+            seed=seed,
+            share_parameters=True,
+            self_play_pool=SELF_PLAY_POOL,
+            **HYPERPARAMETERS,
+            **BATCHES[task],
+        )
         seats = list(env.possible_agents)
     else:
         opponents = {agent: "random" for agent in env.possible_agents if agent != seat}
-        model = IPPO("MlpPolicy", env, seed=seed, opponents=opponents, **HYPERPARAMETERS)
+        model = IPPO("MlpPolicy", env, seed=seed, opponents=opponents, **HYPERPARAMETERS, **BATCHES[task])
         seats = [seat]
     start = time.perf_counter()
     curve = WinRateCurve(eval_env, seats, eval_every, eval_games, seed, run_name(task, seat, seed))

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         "MlpPolicy",
         env,
         share_parameters=True,  # player_0 and player_1: one network, trained on both seats' moves
-        self_play_pool=dict(snapshot_every=5, size=10),  # one seat of each game: a snapshot of the last 50 updates
+        self_play_pool=dict(snapshot_every=10, size=20),  # one seat of each game: a snapshot of the last 200 updates
         seed=args.seed,
         verbose=1,
         **HYPERPARAMETERS,

@@ -31,6 +31,7 @@ PRINT_EVERY = 5_000
 # (docs/games.md).
 GAME_DEFAULTS: dict[str, Any] = {
     "share_parameters": True,
+    "self_play_pool": {"snapshot_every": 10, "size": 20},
     "n_steps": 512,
     "n_episodes": None,
     "batch_size": 128,
@@ -40,7 +41,7 @@ GAME_DEFAULTS: dict[str, Any] = {
     "policy_kwargs": {"net_arch": [256, 256], "activation_fn": nn.ReLU},
 }
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "pettingzoo.classic.tictactoe_v3": GAME_DEFAULTS,
+    "pettingzoo.classic.tictactoe_v3": {**GAME_DEFAULTS, "n_steps": 1024, "batch_size": 256},
     "pettingzoo.classic.connect_four_v3": GAME_DEFAULTS,
 }
 # IPPO arguments that are not hyperparameters, or that have an option of their own.

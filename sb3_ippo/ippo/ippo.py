@@ -107,9 +107,11 @@ class IPPO(BaseAlgorithm):
     learner process while collection goes on with the previous policies (see the parameter).
 
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
-        ``ActorCriticPolicy`` subclass.
-    :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` that PettingZoo can run in parallel, or
-        ``sb3_ippo.make_vec_env(...)``. None only when loading a model for prediction.
+        ``ActorCriticPolicy`` subclass. An agent whose observation is a Dict with an ``action_mask`` gets sb3-contrib's
+        maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.masking``.
+    :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` (run in parallel where PettingZoo can, else stepped turn
+        by turn: the classic games, ``sb3_ippo.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
+        loading a model for prediction.
     :param learning_rate: The learning rate of every agent's Adam optimizer; a constant or a schedule of the
         remaining progress (from 1 to 0).
     :param n_steps: If set, an update is due once every agent that has acted has finished trajectories covering
