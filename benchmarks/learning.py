@@ -10,6 +10,8 @@ episodes (deterministic and stochastic actions).
   64x64 networks).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
+- ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
+  process while collection goes on with the previous version). A run then uses two processes.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
   env steps) and ``batch_size=256`` (PettingZoo's SB3 tutorials); ``--peer-n-steps``/``--peer-batch-size``
@@ -38,6 +40,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-ALGOS = ("ippo", "peer", "ippo_shared")
+ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async")
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
     "peer": "SB3 PPO + SuperSuit sharing",
     "ippo_shared": "IPPO, group 'agent' shares one network",
+    "ippo_async": "IPPO, async_training (learner process)",
 }
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
@@ -76,8 +80,10 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
         from sb3_ippo import IPPO
 
         env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
-        shared = {"share_parameters": SHARED_GROUPS} if algo == "ippo_shared" else {}
-        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **shared)
+        settings: dict[str, Any] = {
+            "ippo": {}, "ippo_shared": {"share_parameters": SHARED_GROUPS}, "ippo_async": {"async_training": True}
+        }[algo]
+        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **settings)
         model.learn(total_timesteps=timesteps, callback=callback)
         evaluate = common.evaluate_ippo
     else:
@@ -236,7 +242,7 @@ def plot_env(
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
     for ax, (side, members) in zip(axes[0], curves.items(), strict=True):
-        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green"), strict=True):
+        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True):
             runs = [r for r in results if r["algo"] == algo]
             if not runs:
                 continue
@@ -268,7 +274,7 @@ def plot_env(
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", nargs="+", default=list(common.ENV_MODULES), choices=list(common.ENV_MODULES))
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--algos", nargs="+", default=["ippo", "peer"], choices=ALGOS)
     parser.add_argument("--timesteps", type=int, default=500_000, help="env steps per run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
     parser.add_argument("--only-seeds", type=int, nargs="+", default=None, help="run just these of the seeds")
@@ -323,8 +329,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             elif args.partial and partial.exists():
                 results.append(json.loads(partial.read_text()))
     elif args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-            results = pool.map(run_cached, [(t, str(args.cache)) for t in tasks], chunksize=1)
+        # Not multiprocessing.Pool: its workers are daemons, which may not start the learner process of ippo_async.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(args.jobs, mp_context=context, max_tasks_per_child=1) as pool:
+            results = list(pool.map(run_cached, [(t, str(args.cache)) for t in tasks]))
     else:
         results = [run_cached((t, str(args.cache))) for t in tasks]
     summary = write_outputs(results, args.out, args.bins, args.eval_episodes)
