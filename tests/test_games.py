@@ -15,7 +15,7 @@ from pettingzoo import ParallelEnv
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-from stable_baselines3.common.callbacks import StopTrainingOnRewardThreshold
+from stable_baselines3.common.callbacks import BaseCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.utils import obs_as_tensor
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
@@ -605,6 +605,37 @@ def test_connect_four_self_play_trains_from_both_seats() -> None:
     model.learn(200)
     assert model.possible_agents == ["player_0", "player_1"]
     assert model.policies["player_0"] is model.policies["player_1"] and model.policy_version >= 1
+
+
+class FirstVersion(BaseCallback):
+    """Keeps the weights of version 1 and stops learn once they act."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: dict[str, th.Tensor] | None = None
+        self.learner_ran = False
+
+    def _on_step(self) -> bool:
+        self.learner_ran |= self.model._learner is not None
+        if self.model.policy_version >= 1 and self.weights is None:
+            self.weights = {name: p.detach().clone() for name, p in self.model.policies[P1].named_parameters()}
+        return self.weights is None
+
+
+def test_masked_policies_train_in_the_learner_process_as_in_the_main_one() -> None:
+    # Self-play and a snapshot pool: the masked update runs in the learner process; its first version equals the
+    # synchronous one, which it could not if the learner left the masks out of the recomputation or the update.
+    kwargs: dict[str, Any] = dict(n_episodes=2, share_parameters=True, self_play_pool=dict(snapshot_every=1, size=2), **TINY)
+    runs = {}
+    for async_training in (False, True):
+        first = FirstVersion()
+        model = IPPO("MlpPolicy", tictactoe(n_envs=2), async_training=async_training, **kwargs)
+        model.learn(200, callback=first)
+        assert first.weights is not None and model._learner is None
+        assert first.learner_ran == async_training
+        runs[async_training] = first.weights
+    for name, tensor in runs[False].items():
+        assert th.equal(runs[True][name], tensor), name
 
 
 def iter_lines(text: str) -> Iterator[str]:
