@@ -10,6 +10,8 @@ episodes (deterministic and stochastic actions).
   64x64 networks).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
+- ``ippo_shared_ppo`` (only with ``--algos``): ``ippo_shared`` whose shared group trains with SB3 PPO's passes
+  (``group_kwargs={"agent": dict(n_epochs=10, batch_size=128, target_kl=None)}``); the adversary keeps the defaults.
 - ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
   process while collection goes on with the previous version). A run then uses two processes.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
@@ -50,16 +52,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async")
+ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async", "ippo_shared_ppo")
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
     "peer": "SB3 PPO + SuperSuit sharing",
     "ippo_shared": "IPPO, group 'agent' shares one network",
     "ippo_async": "IPPO, async_training (learner process)",
+    "ippo_shared_ppo": "IPPO, group 'agent' shares one network, SB3-style passes",
 }
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
 SHARED_GROUPS = {"agent": True}
+# ``ippo_shared_ppo``: the shared group also trains as SB3's PPO does (10 passes over minibatches, no KL stop), on
+# IPPO's batches (8 episodes of each member); the other groups keep IPPO's defaults.
+SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None}
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
     (-23.0, "scripted optimal assignment (about -23)"),
@@ -81,7 +87,10 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
 
         env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
         settings: dict[str, Any] = {
-            "ippo": {}, "ippo_shared": {"share_parameters": SHARED_GROUPS}, "ippo_async": {"async_training": True}
+            "ippo": {},
+            "ippo_shared": {"share_parameters": SHARED_GROUPS},
+            "ippo_async": {"async_training": True},
+            "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
         }[algo]
         model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **settings)
         model.learn(total_timesteps=timesteps, callback=callback)
@@ -242,7 +251,7 @@ def plot_env(
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
     for ax, (side, members) in zip(axes[0], curves.items(), strict=True):
-        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True):
+        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True):
             runs = [r for r in results if r["algo"] == algo]
             if not runs:
                 continue
