@@ -105,9 +105,11 @@ class UpdateResult:
 
 
 def tensors_to_arrays(tree: Any) -> Any:
-    """``tree`` (dicts, lists and tuples of tensors and other values) with every CPU tensor as a NumPy array."""
+    """``tree`` (dicts, lists and tuples of tensors and other values) with every tensor as a NumPy array on the CPU
+    (bfloat16 ones, which NumPy lacks, stay tensors)."""
     if isinstance(tree, th.Tensor):
-        return tree.detach().cpu().numpy()
+        tensor = tree.detach().cpu()
+        return tensor if tensor.dtype == th.bfloat16 else tensor.numpy()
     if isinstance(tree, dict):
         return {key: tensors_to_arrays(value) for key, value in tree.items()}
     if isinstance(tree, (list, tuple)):
