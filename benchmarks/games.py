@@ -214,6 +214,7 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     panels = [
         ("tictactoe", "player_1", "non_loss", 0.95, "tictactoe: learner X (player_1) vs random"),
@@ -237,6 +238,7 @@ def plot(results: Sequence[dict[str, Any]], out: Path) -> None:
         axis.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("env steps (moves, both seats)")
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1000:g}k"))
         axis.set_ylabel("non-loss rate" if measure == "non_loss" else "win rate")
         axis.set_ylim(0.0, 1.02)
         axis.grid(alpha=0.3)
