@@ -10,7 +10,7 @@ fresh interpreter importing torch: one to a few seconds) and stopping it; its st
 update to the last env step. The gain needs a second free core: on a machine whose cores are busy it is
 small or none, and the load average printed says how busy it was.
 
-    python benchmarks/async_training.py [--rounds 5] [--timesteps 4000] [--n-envs 8] [--vec-env dummy subproc]
+    python benchmarks/async_training.py [--rounds 3] [--timesteps 12000] [--n-envs 8] [--vec-env dummy subproc]
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, see
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of each mode (median is reported)")
-    parser.add_argument("--timesteps", type=int, default=4000, help="env steps per round (20 updates with 8 copies)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each mode (median is reported)")
+    parser.add_argument("--timesteps", type=int, default=12_000, help="env steps per round (60 updates with 8 copies)")
     parser.add_argument("--n-envs", type=int, default=8, help="env copies")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], nargs="+", default=["dummy", "subproc"],
                         help="make_vec_env's vec_env_cls (each is measured)")
