@@ -85,14 +85,14 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     if algo.startswith("ippo"):
         from sb3_ippo import IPPO
 
-        env = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
-        settings: dict[str, Any] = {
+        env: Any = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
+        by_algo: dict[str, dict[str, Any]] = {
             "ippo": {},
             "ippo_shared": {"share_parameters": SHARED_GROUPS},
             "ippo_async": {"async_training": True},
             "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
-        }[algo]
-        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **settings)
+        }
+        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **by_algo[algo])
         model.learn(total_timesteps=timesteps, callback=callback)
         evaluate = common.evaluate_ippo
     else:
@@ -182,7 +182,9 @@ def final_training_return(result: dict[str, Any], members: list[str], limit: int
     return float(np.mean([sum(e[f"return/{agent}"] for agent in members) for e in tail]))
 
 
-def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, eval_episodes: int) -> list[dict[str, Any]]:
+def write_outputs(
+    results: list[dict[str, Any]], out: Path, bin_fraction: int, eval_episodes: int, earlier: Sequence[dict[str, str]] = ()
+) -> list[dict[str, Any]]:
     """Write the CSVs and PNGs; return the summary rows (one per env, algorithm and side)."""
     out.mkdir(parents=True, exist_ok=True)
     envs = sorted({r["env"] for r in results}, key=list(common.ENV_MODULES).index)
@@ -222,7 +224,9 @@ def write_outputs(results: list[dict[str, Any]], out: Path, bin_fraction: int, e
                         "train_minutes_median": statistics.median(r["train_seconds"] for r in runs) / 60,
                     }
                 )
-        plot_env(env_name, env_results, curves, bin_size, timesteps, out / f"learning_{env_name}.png", random_scores)
+        plot_env(
+            env_name, env_results, curves, bin_size, timesteps, out / f"learning_{env_name}.png", random_scores, earlier
+        )
 
     with open(out / "learning_curves.csv", "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(curve_rows[0]))
@@ -243,6 +247,7 @@ def plot_env(
     limit: int,
     path: Path,
     random_scores: dict,
+    earlier: Sequence[dict[str, str]] = (),
 ) -> None:
     import matplotlib
 
@@ -260,6 +265,16 @@ def plot_env(
             values = np.array([[curve[end] for end in ends] for curve in per_seed])
             ax.plot(ends, values.mean(axis=0), color=color, label=f"{LABELS[algo]} ({len(runs)} seeds)")
             ax.fill_between(ends, values.min(axis=0), values.max(axis=0), color=color, alpha=0.2)
+        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True):
+            rows = [r for r in earlier if r["env"] == env_name and r["side"] == side and r["algo"] == algo]
+            if rows:
+                by_end: dict[int, list[float]] = {}
+                for row in rows:
+                    by_end.setdefault(int(row["env_steps"]), []).append(float(row["mean_return"]))
+                seeds = len({row["seed"] for row in rows})
+                ends_earlier = sorted(by_end)
+                ax.plot(ends_earlier, [float(np.mean(by_end[end])) for end in ends_earlier], color=color, linestyle=":",
+                        label=f"{LABELS[algo]}, earlier run ({seeds} seeds)")
         if env_name == "simple_spread_v3" and side == "team":
             for value, label in SPREAD_REFERENCES:
                 ax.axhline(value, linestyle="--", linewidth=1, color="gray")
@@ -300,6 +315,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--plot-only", action="store_true", help="draw from the cached runs only")
     parser.add_argument("--partial", action="store_true", help="with --plot-only: use the partial results of unfinished runs")
     parser.add_argument("--save-every", type=int, default=5000, help="env steps between partial saves")
+    parser.add_argument("--earlier", type=Path, default=None,
+                        help="a learning_curves.csv of an earlier run, drawn dotted beside this run's curves")
     return parser.parse_args(argv)
 
 
@@ -344,7 +361,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             results = list(pool.map(run_cached, [(t, str(args.cache)) for t in tasks]))
     else:
         results = [run_cached((t, str(args.cache))) for t in tasks]
-    summary = write_outputs(results, args.out, args.bins, args.eval_episodes)
+    earlier: list[dict[str, str]] = []
+    if args.earlier is not None:
+        with open(args.earlier, newline="") as file:
+            earlier = list(csv.DictReader(file))
+    summary = write_outputs(results, args.out, args.bins, args.eval_episodes, earlier)
     print(common.machine_description())
     header = ["env", "algo", "side", "seeds", "env steps", "train last 10%", "min", "max", "eval det.", "eval stoch.",
               "random", "train min"]
