@@ -11,7 +11,8 @@ episodes (deterministic and stochastic actions).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
 - ``ippo_shared_ppo`` (only with ``--algos``): ``ippo_shared`` whose shared group trains with SB3 PPO's passes
-  (``group_kwargs={"agent": dict(n_epochs=10, batch_size=128, target_kl=None)}``); the adversary keeps the defaults.
+  and a small entropy bonus (``group_kwargs={"agent": dict(n_epochs=10, batch_size=128, target_kl=None,
+  ent_coef=0.01)}``); the adversary keeps the defaults.
 - ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
   process while collection goes on with the previous version). A run then uses two processes.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
@@ -64,8 +65,8 @@ LABELS = {
 # network, the other groups keep independent ones.
 SHARED_GROUPS = {"agent": True}
 # ``ippo_shared_ppo``: the shared group also trains as SB3's PPO does (10 passes over minibatches, no KL stop), on
-# IPPO's batches (8 episodes of each member); the other groups keep IPPO's defaults.
-SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None}
+# IPPO's batches (8 episodes of each member), with a small entropy bonus; the other groups keep IPPO's defaults.
+SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None, "ent_coef": 0.01}
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
     (-23.0, "scripted optimal assignment (about -23)"),
