@@ -29,9 +29,8 @@ from sb3_ippo.vec_env import (
     MultiAgentVecEnv,
     SubprocMultiAgentVecEnv,
     _answer,
-    _EpisodeCopy,
+    _parallel_copy,
     check_env_error_policy,
-    to_parallel_env,
 )
 
 # How long close() waits for an actor to close its envs before killing it.
@@ -43,7 +42,7 @@ class _EnvRunner:
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]]) -> None:
         self.env_fns = list(env_fns)
-        self.copies = [_EpisodeCopy(to_parallel_env(env_fn())) for env_fn in self.env_fns]
+        self.copies = [_parallel_copy(env_fn()) for env_fn in self.env_fns]
 
     def answer(self, command: str, data: Any) -> Any:
         return _answer(self.copies, self.env_fns, command, data)

@@ -22,26 +22,19 @@ raises is handled as every copy is (``on_env_error``: raise, or rebuild it and l
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 
 from sb3_ippo.masking import MASK_KEY
 from sb3_ippo.vec_env import (
     DEFAULT_MAX_RESTARTS,
     AgentID,
-    CopyFailure,
-    MultiAgentStep,
-    MultiAgentVecEnv,
-    ObsArray,
+    DummyMultiAgentVecEnv,
     _CopyStep,
-    _reset_copy,
-    _step_copy,
 )
 
 
@@ -200,7 +193,7 @@ class TurnBasedCopy:
             self.team_return += reward
 
 
-class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
+class TurnBasedMultiAgentVecEnv(DummyMultiAgentVecEnv):
     """``n_envs`` copies of a turn-based (AEC) env, stepped in this process, one turn per copy per step.
 
     In each copy only the agent to move is alive (``alive[agent][i]``); ``step_agents`` takes actions for every agent
@@ -219,91 +212,18 @@ class TurnBasedMultiAgentVecEnv(MultiAgentVecEnv):
 
     turn_based = True
 
-    def __init__(
-        self,
-        env_fns: Sequence[Callable[[], Any]],
-        max_episode_steps: int | None = None,
-        on_env_error: str = "raise",
-        max_restarts: int = DEFAULT_MAX_RESTARTS,
-        first_env: Any = None,
-    ) -> None:
-        self._env_fns = list(env_fns)
-        self.envs = [
-            first_env if index == 0 and first_env is not None else env_fn() for index, env_fn in enumerate(env_fns)
-        ]
-        for env in self.envs:
-            if not isinstance(env, AECEnv):
-                raise TypeError(f"TurnBasedMultiAgentVecEnv steps PettingZoo AEC envs, got {type(env).__name__}: {env!r}")
-        self._copies = [TurnBasedCopy(env, max_episode_steps) for env in self.envs]
-        self._max_episode_steps = max_episode_steps
-        first = self.envs[0]
-        agents = list(first.possible_agents)
-        super().__init__(
-            len(self.envs),
-            agents,
-            {agent: first.observation_space(agent) for agent in agents},
-            {agent: first.action_space(agent) for agent in agents},
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
-        )
+    @staticmethod
+    def _make_copy(env: Any, max_episode_steps: int | None) -> TurnBasedCopy:  # type: ignore[override]
+        if not isinstance(env, AECEnv):
+            raise TypeError(f"TurnBasedMultiAgentVecEnv steps PettingZoo AEC envs, got {type(env).__name__}: {env!r}")
+        return TurnBasedCopy(env, max_episode_steps)
 
-    def _set_max_episode_steps(self, value: int | None) -> None:
-        for episode_copy in self._copies:
-            episode_copy.max_episode_steps = value
-
-    def reset(self) -> dict[AgentID, ObsArray]:  # type: ignore[override]
-        results = [
-            self._resolve_reset(idx, _reset_copy(self._copies[idx], self._seeds[idx], self._options[idx], keep_error=True))  # type: ignore[arg-type]
-            for idx in range(self.num_envs)
-        ]
-        return self._collect_reset(results)
-
-    def _wait_agents(self) -> MultiAgentStep:
-        assert self._actions is not None, "step_async must be called before step_agents or step_wait"
-        per_copy = self._split_actions(self._actions)
-        self._actions = None
-        # Check every copy's move before any copy steps: an illegal move leaves all copies as they were.
+    def _check_actions(self, per_copy: list[dict[AgentID, Any]]) -> None:
+        # Every copy's move is checked before any copy steps: an illegal move leaves all copies as they were.
         for episode_copy, actions in zip(self._copies, per_copy, strict=True):
-            assert episode_copy.to_move is not None
+            assert isinstance(episode_copy, TurnBasedCopy) and episode_copy.to_move is not None
             if episode_copy.to_move in actions:
                 episode_copy.check_legal(episode_copy.to_move, actions[episode_copy.to_move])
-        return self._collect_step(
-            [
-                self._resolve_step(idx, _step_copy(self._copies[idx], actions, keep_error=True))  # type: ignore[arg-type]
-                for idx, actions in enumerate(per_copy)
-            ]
-        )
-
-    def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
-        old = self._copies[env_idx]
-        try:
-            old.env.close()
-        except Exception:  # the env failed already: its close may fail too
-            pass
-        try:
-            new = TurnBasedCopy(self._env_fns[env_idx](), old.max_episode_steps)
-            self._copies[env_idx] = new
-            self.envs[env_idx] = new.env
-            obs, infos = new.reset(seed=seed)
-        except Exception as error:
-            return CopyFailure("restart", traceback.format_exc(), None, error)
-        return obs, infos, new.alive
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return [getattr(self.envs[idx].unwrapped, attr_name) for idx in self._get_indices(indices)]
-
-    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        for idx in self._get_indices(indices):
-            setattr(self.envs[idx].unwrapped, attr_name, value)
-
-    def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs) -> list[Any]:
-        return [
-            getattr(self.envs[idx].unwrapped, method_name)(*method_args, **method_kwargs) for idx in self._get_indices(indices)
-        ]
 
 
 def make_turn_based_vec_env(

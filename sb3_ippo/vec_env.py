@@ -254,17 +254,28 @@ def _reset_copy(
     return obs, infos, episode_copy.alive
 
 
+def _parallel_copy(env: Any, max_episode_steps: int | None = None) -> _EpisodeCopy:
+    """A copy of ``env`` (a parallel env, or an AEC env PettingZoo can run in parallel)."""
+    return _EpisodeCopy(to_parallel_env(env), max_episode_steps)
+
+
 def _rebuild_copy(
-    copies: list[_EpisodeCopy], env_fns: Sequence[Callable[[], Any]], index: int, seed: int | None, keep_error: bool
+    copies: list[_EpisodeCopy],
+    env_fns: Sequence[Callable[[], Any]],
+    index: int,
+    seed: int | None,
+    keep_error: bool,
+    make_copy: Callable[[Any, int | None], _EpisodeCopy] = _parallel_copy,
 ) -> tuple[dict, dict, dict] | CopyFailure:
-    """Replace ``copies[index]`` by a new env from ``env_fns[index]``, reset with ``seed``: ``(obs, infos, alive)``."""
+    """Replace ``copies[index]`` by ``make_copy`` of a new env from ``env_fns[index]``, reset with ``seed``:
+    ``(obs, infos, alive)``."""
     old = copies[index]
     try:
         old.env.close()
     except Exception:  # the env failed already: its close may fail too
         pass
     try:
-        new = _EpisodeCopy(to_parallel_env(env_fns[index]()), old.max_episode_steps)
+        new = make_copy(env_fns[index](), old.max_episode_steps)
         copies[index] = new
         obs, infos = new.reset(seed=seed)
     except Exception as error:
@@ -567,7 +578,11 @@ class MultiAgentVecEnv(VecEnv):
 
 
 class DummyMultiAgentVecEnv(MultiAgentVecEnv):
-    """Copies stepped one after the other in this process (SB3's ``DummyVecEnv`` counterpart)."""
+    """Copies stepped one after the other in this process (SB3's ``DummyVecEnv`` counterpart).
+
+    :param first_env: An env already made by ``env_fns[0]`` (``make_vec_env``'s probe), used as copy 0; a restart of
+        copy 0 still makes a new one from ``env_fns[0]``.
+    """
 
     def __init__(
         self,
@@ -575,10 +590,14 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         max_episode_steps: int | None = None,
         on_env_error: str = "raise",
         max_restarts: int = DEFAULT_MAX_RESTARTS,
+        first_env: Any = None,
     ) -> None:
         self._env_fns = list(env_fns)
-        self.envs = [to_parallel_env(env_fn()) for env_fn in env_fns]
-        self._copies = [_EpisodeCopy(env, max_episode_steps) for env in self.envs]
+        self._copies = [
+            self._make_copy(first_env if index == 0 and first_env is not None else env_fn(), max_episode_steps)
+            for index, env_fn in enumerate(env_fns)
+        ]
+        self.envs = [episode_copy.env for episode_copy in self._copies]
         self._max_episode_steps = max_episode_steps
         first = self.envs[0]
         agents = list(first.possible_agents)
@@ -602,10 +621,19 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         ]
         return self._collect_reset(results)
 
+    @staticmethod
+    def _make_copy(env: Any, max_episode_steps: int | None) -> _EpisodeCopy:
+        """One copy of a new env (at the start and at a restart)."""
+        return _parallel_copy(env, max_episode_steps)
+
+    def _check_actions(self, per_copy: list[dict[AgentID, Any]]) -> None:
+        """Refuse the actions before any copy steps (nothing to refuse here)."""
+
     def _wait_agents(self) -> MultiAgentStep:
         assert self._actions is not None, "step_async must be called before step_agents or step_wait"
         per_copy = self._split_actions(self._actions)
         self._actions = None
+        self._check_actions(per_copy)
         return self._collect_step(
             [
                 self._resolve_step(idx, _step_copy(self._copies[idx], actions, keep_error=True))
@@ -614,7 +642,7 @@ class DummyMultiAgentVecEnv(MultiAgentVecEnv):
         )
 
     def _rebuild(self, env_idx: int, seed: int | None) -> tuple[dict, dict, dict] | CopyFailure:
-        outcome = _rebuild_copy(self._copies, self._env_fns, env_idx, seed, keep_error=True)
+        outcome = _rebuild_copy(self._copies, self._env_fns, env_idx, seed, keep_error=True, make_copy=self._make_copy)
         self.envs[env_idx] = self._copies[env_idx].env
         return outcome
 
@@ -685,7 +713,7 @@ def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: Clou
     copies: list[_EpisodeCopy] = []
     env_fns = env_fns_wrapper.var
     try:
-        copies = [_EpisodeCopy(to_parallel_env(env_fn())) for env_fn in env_fns]
+        copies = [_parallel_copy(env_fn()) for env_fn in env_fns]
         while True:
             command, data = remote.recv()
             if command == "close":
