@@ -170,14 +170,10 @@ class AgentEpisodeBuffer:
             trajectory.rewards.append(float(rewards[env_idx]))
             trajectory.values.append(float(values[env_idx]))
             trajectory.log_probs.append(float(log_probs[env_idx]))
-            if terminations[env_idx]:
-                self._finish(env_idx, True, None, policy_version, max_version_lag)
-            elif truncations[env_idx]:
-                bootstrap = final_obs.get(env_idx)
-                if bootstrap is None:
-                    bootstrap = trajectory.observations[-1]
-                self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
-            elif self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
+            ended = self._close_ended(
+                env_idx, terminations[env_idx], truncations[env_idx], final_obs, policy_version, max_version_lag
+            )
+            if not ended and self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
                 self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag)
 
     def credit(
@@ -200,13 +196,31 @@ class AgentEpisodeBuffer:
             if trajectory is None:
                 continue
             trajectory.rewards[-1] += float(rewards[env_idx])
-            if terminations[env_idx]:
-                self._finish(env_idx, True, None, policy_version, max_version_lag)
-            elif truncations[env_idx]:
-                bootstrap = final_obs.get(env_idx)
-                if bootstrap is None:
-                    bootstrap = trajectory.observations[-1]
-                self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
+            self._close_ended(env_idx, terminations[env_idx], truncations[env_idx], final_obs, policy_version, max_version_lag)
+
+    def _close_ended(
+        self,
+        env_idx: int,
+        terminated: bool,
+        truncated: bool,
+        final_obs: dict[int, Any],
+        policy_version: int,
+        max_version_lag: int | None,
+    ) -> bool:
+        """Close copy ``env_idx``'s open trajectory if its episode ended: terminated, or truncated (bootstrapping from
+        ``final_obs``, else from the last observation). Returns whether it did."""
+        if terminated:
+            self._finish(env_idx, True, None, policy_version, max_version_lag)
+            return True
+        if truncated:
+            bootstrap = final_obs.get(env_idx)
+            if bootstrap is None:
+                trajectory = self._open[env_idx]
+                assert trajectory is not None
+                bootstrap = trajectory.observations[-1]
+            self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
+            return True
+        return False
 
     def _finish(
         self, env_idx: int, terminated: bool, bootstrap_obs: Any, policy_version: int, max_version_lag: int | None
