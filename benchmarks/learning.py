@@ -61,6 +61,7 @@ LABELS = {
     "ippo_async": "IPPO, async_training (learner process)",
     "ippo_shared_ppo": "IPPO, group 'agent' shares one network, SB3-style passes",
 }
+COLORS = dict(zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
 SHARED_GROUPS = {"agent": True}
@@ -257,7 +258,7 @@ def plot_env(
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6.5 * len(curves), 4.5), squeeze=False)
     for ax, (side, members) in zip(axes[0], curves.items(), strict=True):
-        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True):
+        for algo, color in COLORS.items():
             runs = [r for r in results if r["algo"] == algo]
             if not runs:
                 continue
@@ -266,7 +267,7 @@ def plot_env(
             values = np.array([[curve[end] for end in ends] for curve in per_seed])
             ax.plot(ends, values.mean(axis=0), color=color, label=f"{LABELS[algo]} ({len(runs)} seeds)")
             ax.fill_between(ends, values.min(axis=0), values.max(axis=0), color=color, alpha=0.2)
-        for algo, color in zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True):
+        for algo, color in COLORS.items():
             rows = [r for r in earlier if r["env"] == env_name and r["side"] == side and r["algo"] == algo]
             if rows:
                 by_end: dict[int, list[float]] = {}
