@@ -209,7 +209,7 @@ def _evaluate(act: Callable[[Any], Any] | None, env: ParallelEnv, n_episodes: in
                 actions = dict(zip(agents, act(np.stack([obs[agent] for agent in agents])), strict=True))
             else:
                 actions = act({agent: obs[agent] for agent in agents})
-            obs, rewards, _, _, _ = env.step({agent: _python_action(actions[agent]) for agent in agents})
+            obs, rewards, _, _, _ = env.step({agent: python_action(actions[agent]) for agent in agents})
             for agent, reward in rewards.items():
                 returns[agent] += float(reward)
         totals["team_return"].append(sum(returns.values()))
@@ -218,6 +218,6 @@ def _evaluate(act: Callable[[Any], Any] | None, env: ParallelEnv, n_episodes: in
     return {key: float(np.mean(values)) for key, values in totals.items()}
 
 
-def _python_action(action: Any) -> Any:
+def python_action(action: Any) -> Any:
     # mpe2 steps faster on Python ints than on numpy integers.
     return action.item() if isinstance(action, np.ndarray) and action.ndim == 0 else action

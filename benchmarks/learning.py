@@ -4,7 +4,8 @@ Both algorithms train on 8 env copies for the same number of env steps (one join
 several seeds, and every finished training episode is recorded (its team return: the sum over agents; and each
 agent's return). The curves are the mean of each seed's episodes in bins of env steps; the plot shows the mean
 over seeds and the spread (min..max over seeds). After training, each model is evaluated on ``--eval-episodes``
-episodes (deterministic and stochastic actions).
+episodes (deterministic and stochastic actions) and saved next to its cached run (``benchmarks/cross_play.py``
+reads them).
 
 - IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.02, normalize_returns, batch_size None,
   64x64 networks).
@@ -13,6 +14,8 @@ episodes (deterministic and stochastic actions).
 - ``ippo_shared_ppo`` (only with ``--algos``): ``ippo_shared`` whose shared group trains with SB3 PPO's passes
   and a small entropy bonus (``group_kwargs={"agent": dict(n_epochs=10, batch_size=128, target_kl=None,
   ent_coef=0.01)}``); the adversary keeps the defaults.
+- ``ippo_shared_ppo128`` (only with ``--algos``): ``ippo_shared_ppo`` whose shared network has hidden layers of 128
+  units (``policy_kwargs={"net_arch": [128, 128]}`` in the group's settings; every other network: 64x64).
 - ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
   process while collection goes on with the previous version). A run then uses two processes.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
@@ -53,21 +56,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async", "ippo_shared_ppo")
+ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async", "ippo_shared_ppo", "ippo_shared_ppo128")
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
     "peer": "SB3 PPO + SuperSuit sharing",
     "ippo_shared": "IPPO, group 'agent' shares one network",
     "ippo_async": "IPPO, async_training (learner process)",
     "ippo_shared_ppo": "IPPO, group 'agent' shares one network, SB3-style passes",
+    "ippo_shared_ppo128": "IPPO, group 'agent' shares one 128x128 network, SB3-style passes",
 }
-COLORS = dict(zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), strict=True))
+COLORS = dict(zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"), strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
 SHARED_GROUPS = {"agent": True}
 # ``ippo_shared_ppo``: the shared group also trains as SB3's PPO does (10 passes over minibatches, no KL stop), on
 # IPPO's batches (8 episodes of each member), with a small entropy bonus; the other groups keep IPPO's defaults.
 SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None, "ent_coef": 0.01}
+# ``ippo_shared_ppo128``: the same, with hidden layers of 128 units for the shared network (the others: 64).
+SHARED_PPO_128_SETTINGS: dict[str, Any] = {**SHARED_PPO_SETTINGS, "policy_kwargs": {"net_arch": [128, 128]}}
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
     (-23.0, "scripted optimal assignment (about -23)"),
@@ -93,6 +99,7 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
             "ippo_shared": {"share_parameters": SHARED_GROUPS},
             "ippo_async": {"async_training": True},
             "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
+            "ippo_shared_ppo128": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
         }
         model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **by_algo[algo])
         model.learn(total_timesteps=timesteps, callback=callback)
@@ -104,6 +111,9 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
         evaluate = common.evaluate_peer
     train_seconds = time.perf_counter() - start
     env.close()
+    model_path = cache_path(Path(task["cache"]), task).with_suffix(".zip")  # for benchmarks/cross_play.py
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(model_path)
     final = {
         mode: evaluate(model, env_name, kwargs, task["eval_episodes"], 10_000 + seed, deterministic=mode == "deterministic")
         for mode in ("deterministic", "stochastic")

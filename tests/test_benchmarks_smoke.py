@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from stable_baselines3 import PPO
+
+from sb3_ippo import IPPO
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -112,3 +116,32 @@ def test_games_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert all(row["games"] == 4 and row["env_steps"] >= 80 for row in rows)
     assert {path.name for path in tmp_path.iterdir()} >= {"games.csv", "games_curves.csv", "games.png"}
     assert "target" in capsys.readouterr().out
+
+
+def test_cross_play_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache, algos = str(tmp_path / "cache"), ["ippo_shared_ppo", "peer"]
+    load_benchmark("learning").main(
+        ["--envs", "simple_adversary_v3", "--algos", *algos, "--timesteps", "200", "--seeds", "1", "--eval-episodes",
+         "1", "--bins", "2", "--peer-batch-size", "50", "--out", str(tmp_path / "learning"), "--cache", cache, *TINY]
+    )
+    rows = load_benchmark("cross_play").main(
+        ["--algos", *algos, "--seeds", "1", "--timesteps", "200", "--episodes", "2", "--peer-n-steps", "25",
+         "--peer-batch-size", "50", "--cache", cache, "--out", str(tmp_path / "out")]
+    )
+    cells = {(row["mode"], row["good_side"], row["adversary"]): row for row in rows}
+    modes = ("deterministic", "stochastic")
+    assert set(cells) == {(mode, good, adversary) for mode in modes for good in algos for adversary in algos}
+    # A model against itself plays as in its own evaluation (learning.py's, on the same episodes): the peer's
+    # observations are padded as in training, and each side's rewards are summed.
+    common = sys.modules["common"]
+    kwargs = common.env_kwargs("simple_adversary_v3")
+    saved = tmp_path / "cache" / "simple_adversary_v3_{}_seed0_200.zip"
+    for algo, model, evaluate in (
+        ("ippo_shared_ppo", IPPO.load(str(saved).format("ippo_shared_ppo")), common.evaluate_ippo),
+        ("peer", PPO.load(str(saved).format("peer_n25_b50")), common.evaluate_peer),
+    ):
+        own = evaluate(model, "simple_adversary_v3", kwargs, 2, 20_000, deterministic=True)
+        cell = cells["deterministic", algo, algo]
+        assert cell["adversary_return"] == pytest.approx(own["return/adversary_0"])
+        assert cell["good_return"] == pytest.approx(own["return/agent_0"] + own["return/agent_1"])
+    assert "ippo_shared_ppo" in capsys.readouterr().out and (tmp_path / "out" / "cross_play.csv").stat().st_size > 0
