@@ -1,7 +1,7 @@
 """Env copies in Ray actors: ``make_vec_env(..., vec_env_cls="ray")``, for envs too expensive for one machine.
 
 Each actor holds a contiguous slice of the copies and answers the same commands as a worker process of
-``vec_env_cls="subproc"`` (``sb3_ippo.vec_env._answer``), so the semantics are the same: auto-reset, alive masks,
+``vec_env_cls="subproc"`` (``sb3_ippo.subproc_vec_env._answer``), so the semantics are the same: auto-reset, alive masks,
 final observations, seeding (copy ``i``: ``seed + i``), restarts with ``on_env_error="restart"``, and a clear
 ``RuntimeError`` when an env raises or an actor dies. Only the transport differs: Ray remote calls instead of pipes.
 
@@ -24,14 +24,8 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         'vec_env_cls="ray" needs Ray: pip install "sb3-ippo[ray]" (or, from a checkout, pip install -e ".[ray]")'
     ) from error
 
-from sb3_ippo.vec_env import (
-    DEFAULT_MAX_RESTARTS,
-    MultiAgentVecEnv,
-    SubprocMultiAgentVecEnv,
-    _answer,
-    _parallel_copy,
-    check_env_error_policy,
-)
+from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv, _answer
+from sb3_ippo.vec_env import DEFAULT_MAX_RESTARTS, MultiAgentVecEnv, _parallel_copy, check_env_error_policy
 
 # How long close() waits for an actor to close its envs before killing it.
 CLOSE_TIMEOUT = 5.0
@@ -58,7 +52,7 @@ class _EnvRunner:
 class RayMultiAgentVecEnv(SubprocMultiAgentVecEnv):
     """Copies stepped in Ray actors, each actor holding a contiguous slice of the copies (``n_workers`` actors).
 
-    Largely identical to :class:`~sb3_ippo.vec_env.SubprocMultiAgentVecEnv` (same restarts and errors); a worker is
+    Largely identical to :class:`~sb3_ippo.subproc_vec_env.SubprocMultiAgentVecEnv` (same restarts and errors); a worker is
     an actor here. Ray is started with ``ray.init(address=ray_address)`` unless it already runs in this process: None
     starts a local instance, ``"auto"`` joins the cluster started by ``ray start --head`` on this machine, and
     ``"ray://host:10001"`` a remote one. The env factories (and the packages they need) must be importable where the

@@ -18,7 +18,8 @@ from pettingzoo.sisl import pursuit_v5
 from pettingzoo.test import parallel_api_test
 
 from sb3_ippo import make_vec_env
-from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, SubprocMultiAgentVecEnv
+from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv
+from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
 from tests.envs import (
     HETEROGENEOUS_AGENTS,
     CartPoleParallelEnv,
@@ -83,20 +84,26 @@ def assert_same(actual: Any, expected: Any, where: str = "data") -> None:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 
 
-@pytest.fixture
-def no_hang() -> Iterator[None]:
-    """Fail the test, instead of hanging the test run, if it takes more than 30 seconds."""
+@contextmanager
+def fail_after(seconds: int) -> Iterator[None]:
+    """Raise TimeoutError in the test, instead of hanging the test run, if it takes more than ``seconds``."""
 
     def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError("the test hung for 30 seconds")
+        raise TimeoutError(f"the test hung for {seconds} seconds")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(30)
+    signal.alarm(seconds)
     try:
         yield
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    with fail_after(30):
+        yield
 
 
 @contextmanager
