@@ -4,7 +4,9 @@ In a competitive env a side's return scores a pairing: a stronger adversary lowe
 well they play, so the two sides' training returns cannot tell a better good side from a weaker opponent. Cross-play
 holds the opponent fixed: the good agents of each trained model play the adversary of each trained model (every seed
 against every seed, the same episodes for every pairing), so two algorithms' good sides are compared against the same
-adversaries, and two adversaries against the same good agents.
+adversaries, and two adversaries against the same good agents. Within one algorithm, the two sides of one run (which
+trained against each other) are not paired (unless ``--own-pairs``): every cell pairs sides that never met in
+training.
 
 It reads the final models ``benchmarks/learning.py`` saves next to its cached runs, so run that first with the same
 ``--cache``, ``--timesteps`` and algorithms::
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ippo import IPPO
@@ -68,7 +71,11 @@ def load_actor(algo: str, path: Path, deterministic: bool) -> Actor:
 
 
 def play(good: Actor, adversary: Actor, n_episodes: int, seed: int) -> tuple[float, float]:
-    """Mean return per episode of the good side (its agents summed) and of the adversary side."""
+    """Mean return per episode of the good side (its agents summed) and of the adversary side.
+
+    Every pairing plays the same episodes: the same resets and, for stochastic actions, the same torch random stream.
+    """
+    th.manual_seed(seed)
     env = common.env_fn(ENV_NAME)(**common.env_kwargs(ENV_NAME))
     good_total = adversary_total = 0.0
     for episode in range(n_episodes):
@@ -100,8 +107,10 @@ def cross_play(args: argparse.Namespace) -> list[dict[str, Any]]:
         for good_algo, adversary_algo in itertools.product(args.algos, repeat=2):
             scores = [
                 play(actors[good_algo, good_seed], actors[adversary_algo, adversary_seed], args.episodes, args.eval_seed)
-                for good_seed, adversary_seed in itertools.product(range(args.seeds), repeat=2)
+                for good_seed, adversary_seed in seed_pairs(args.seeds, good_algo == adversary_algo and not args.own_pairs)
             ]
+            if not scores:  # one seed, within one algorithm
+                continue
             good, adversary = np.array(scores).T
             rows.append({
                 "mode": mode, "good_side": good_algo, "adversary": adversary_algo, "seed_pairs": len(scores),
@@ -109,6 +118,12 @@ def cross_play(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "adversary_return": adversary.mean(), "adversary_min": adversary.min(), "adversary_max": adversary.max(),
             })
     return rows
+
+
+def seed_pairs(n_seeds: int, different_seeds: bool) -> list[tuple[int, int]]:
+    """(good side's seed, adversary's seed) pairs: all of them, or only those of two different runs."""
+    pairs = itertools.product(range(n_seeds), repeat=2)
+    return [(good, adversary) for good, adversary in pairs if not (different_seeds and good == adversary)]
 
 
 def model_path(args: argparse.Namespace, algo: str, seed: int) -> Path:
@@ -120,9 +135,12 @@ def model_path(args: argparse.Namespace, algo: str, seed: int) -> Path:
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     by_pair = {(row["mode"], row["good_side"], row["adversary"]): row for row in rows}
     lines = [
-        f"Cross-play on {ENV_NAME}: {args.seeds} x {args.seeds} seed pairs per cell, {args.episodes} episodes each "
-        f"(reset seeds {args.eval_seed}..), models after {args.timesteps:,} env steps.",
-        "Cell: mean over the seed pairs (min..max of the per-pair means).",
+        f"Cross-play on {ENV_NAME}: models after {args.timesteps:,} env steps, seeds 0..{args.seeds - 1} of each "
+        f"algorithm, {args.episodes} episodes per seed pair (reset seeds {args.eval_seed}..).",
+        f"Cell: mean over the seed pairs (min..max of the per-pair means): all {args.seeds ** 2} pairs across two "
+        + ("algorithms and within one (--own-pairs)." if args.own_pairs else
+           f"algorithms, the {args.seeds * (args.seeds - 1)} pairs of different seeds within one (a run's own sides "
+           "trained against each other)."),
     ]
     for mode in ("deterministic", "stochastic"):
         for side, key in (("good side (summed)", "good_return"), ("adversary", "adversary_return")):
@@ -131,7 +149,10 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             for good_algo in args.algos:
                 cells = []
                 for adversary_algo in args.algos:
-                    row = by_pair[mode, good_algo, adversary_algo]
+                    row = by_pair.get((mode, good_algo, adversary_algo))
+                    if row is None:
+                        cells.append("-")
+                        continue
                     low, high = row[key.replace("return", "min")], row[key.replace("return", "max")]
                     cells.append(f"{row[key]:>8.2f} ({low:.1f}..{high:.1f})")
                 lines.append(f"{good_algo:>24}" + "".join(f"{cell:>26}" for cell in cells))
@@ -144,6 +165,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1 of each algorithm")
     parser.add_argument("--timesteps", type=int, default=500_000, help="env steps of the learning.py runs")
     parser.add_argument("--episodes", type=int, default=100, help="episodes per seed pair")
+    parser.add_argument("--own-pairs", action="store_true",
+                        help="within one algorithm, also pair each run's good side with its own adversary")
     parser.add_argument("--eval-seed", type=int, default=20_000, help="reset seed of the first episode")
     parser.add_argument("--peer-n-steps", type=int, default=256, help="as learning.py's, to find the peer's runs")
     parser.add_argument("--peer-batch-size", type=int, default=256, help="as learning.py's, to find the peer's runs")

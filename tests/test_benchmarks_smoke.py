@@ -126,7 +126,7 @@ def test_cross_play_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     rows = load_benchmark("cross_play").main(
         ["--algos", *algos, "--seeds", "1", "--timesteps", "200", "--episodes", "2", "--peer-n-steps", "25",
-         "--peer-batch-size", "50", "--cache", cache, "--out", str(tmp_path / "out")]
+         "--peer-batch-size", "50", "--own-pairs", "--cache", cache, "--out", str(tmp_path / "out")]
     )
     cells = {(row["mode"], row["good_side"], row["adversary"]): row for row in rows}
     modes = ("deterministic", "stochastic")
