@@ -135,6 +135,7 @@ def model_path(args: argparse.Namespace, algo: str, seed: int) -> Path:
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     by_pair = {(row["mode"], row["good_side"], row["adversary"]): row for row in rows}
     lines = [
+        common.machine_description(),
         f"Cross-play on {ENV_NAME}: models after {args.timesteps:,} env steps, seeds 0..{args.seeds - 1} of each "
         f"algorithm, {args.episodes} episodes per seed pair (reset seeds {args.eval_seed}..).",
         f"Cell: mean over the seed pairs (min..max of the per-pair means): all {args.seeds ** 2} pairs across two "
