@@ -713,28 +713,28 @@ def make_vec_env(
     check_env_error_policy(on_env_error, max_restarts)
     from sb3_ippo.turn_based import make_turn_based_vec_env, needs_turns  # turn_based builds on this module
 
-    probe = make_env()
+    probe = make_env()  # used as copy 0 where the copies run in this process
     if needs_turns(probe):  # an AEC game that cannot run in parallel: its copies are stepped turn by turn
         vec_env = make_turn_based_vec_env(env_fns, vec_env_cls, on_env_error, max_restarts, first_env=probe)
-        if seed is not None:
-            vec_env.seed(seed)
-        return vec_env
-    if not isinstance(probe, type) and callable(getattr(probe, "close", None)):
-        probe.close()
-    if vec_env_cls == "dummy":
-        vec_env = DummyMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts)
-    elif vec_env_cls == "subproc":
-        from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv  # builds on this module
-
-        vec_env = SubprocMultiAgentVecEnv(env_fns, n_workers=n_workers, on_env_error=on_env_error, max_restarts=max_restarts)
-    elif vec_env_cls == "ray":
-        from sb3_ippo.ray_vec_env import RayMultiAgentVecEnv  # imports Ray, only when asked for
-
-        vec_env = RayMultiAgentVecEnv(
-            env_fns, n_workers=n_workers, ray_address=ray_address, on_env_error=on_env_error, max_restarts=max_restarts
-        )
+    elif vec_env_cls == "dummy":
+        vec_env = DummyMultiAgentVecEnv(env_fns, on_env_error=on_env_error, max_restarts=max_restarts, first_env=probe)
     else:
-        raise ValueError(f"vec_env_cls must be 'dummy', 'subproc' or 'ray', got {vec_env_cls!r}")
+        if not isinstance(probe, type) and callable(getattr(probe, "close", None)):
+            probe.close()
+        if vec_env_cls == "subproc":
+            from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv  # builds on this module
+
+            vec_env = SubprocMultiAgentVecEnv(
+                env_fns, n_workers=n_workers, on_env_error=on_env_error, max_restarts=max_restarts
+            )
+        elif vec_env_cls == "ray":
+            from sb3_ippo.ray_vec_env import RayMultiAgentVecEnv  # imports Ray, only when asked for
+
+            vec_env = RayMultiAgentVecEnv(
+                env_fns, n_workers=n_workers, ray_address=ray_address, on_env_error=on_env_error, max_restarts=max_restarts
+            )
+        else:
+            raise ValueError(f"vec_env_cls must be 'dummy', 'subproc' or 'ray', got {vec_env_cls!r}")
     if seed is not None:
         vec_env.seed(seed)
     return vec_env
