@@ -38,7 +38,7 @@ from sb3_ippo import IPPO
 PARTS = (
     ("learn (total)", "ippo/ippo.py", "learn"),
     ("collection", "ippo/ippo.py", "collect_rollouts"),
-    ("  env stepping (step_agents)", "sb3_ippo/vec_env.py", "step_agents"),
+    ("  env stepping (step_agents)", "sb3_ippo/vec_env/base.py", "step_agents"),
     ("  policy forward (_act: per group or agent)", "ippo/ippo.py", "_act"),
     ("  buffer add", "sb3_ippo/buffer.py", "add"),
     ("  callbacks (on_step)", "common/callbacks.py", "on_step"),

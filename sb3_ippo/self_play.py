@@ -8,7 +8,7 @@ random) is played by a snapshot drawn from the pool, the usual guard against cyc
 
 Where a seat is frozen, the learner's policy does not act, and nothing is stored: frozen seats never train. Their
 moves are part of the learners' environment: the rewards they cause reach the learners' last moves
-(:mod:`sb3_ippo.turn_based`).
+(:mod:`sb3_ippo.vec_env.turn_based`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.buffer import Trajectory
-from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv
+from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
 from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
 from tests.flaky_envs import FlakyEnv
 from tests.test_run import record_logs

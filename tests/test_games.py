@@ -24,7 +24,7 @@ from sb3_ippo.games import SeatRecord, outcome
 from sb3_ippo.masking import MaskedInputMixin
 from sb3_ippo.ppo_update import build_batch
 from sb3_ippo.self_play import RandomOpponent
-from sb3_ippo.turn_based import TurnBasedMultiAgentVecEnv
+from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv
 
 # Most tests collect a few moves on purpose, without an update; the old-API deprecation is PettingZoo's (module imports).
 pytestmark = [

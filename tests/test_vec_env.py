@@ -18,7 +18,7 @@ from pettingzoo.sisl import pursuit_v5
 from pettingzoo.test import parallel_api_test
 
 from sb3_ippo import make_vec_env
-from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv
+from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
 from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
 from tests.envs import (
     HETEROGENEOUS_AGENTS,

@@ -18,7 +18,7 @@ from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, R
 from sb3_ippo.cli.values import env_error, installed, parse_wrapper
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
-from sb3_ippo.turn_based import is_turn_based_vec_env
+from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.vec_env import make_vec_env
 

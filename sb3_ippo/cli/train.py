@@ -23,7 +23,7 @@ from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
 from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo import IPPO
-from sb3_ippo.turn_based import is_turn_based_vec_env
+from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
 
 

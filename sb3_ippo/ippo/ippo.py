@@ -52,7 +52,7 @@ from sb3_ippo.preprocessing import policy_observation_space, to_policy_observati
 from sb3_ippo.ppo_update import KLStop, UpdateStats
 from sb3_ippo.stacked import StackedPolicies, concat_tensor_obs, stack_tensor_obs, why_not_stackable
 from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
-from sb3_ippo.turn_based import is_turn_based_vec_env
+from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
@@ -110,7 +110,7 @@ class IPPO(BaseAlgorithm):
         ``ActorCriticPolicy`` subclass. An agent whose observation is a Dict with an ``action_mask`` gets sb3-contrib's
         maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.masking``.
     :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` (run in parallel where PettingZoo can, else stepped turn
-        by turn: the classic games, ``sb3_ippo.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
+        by turn: the classic games, ``sb3_ippo.vec_env.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
         loading a model for prediction.
     :param learning_rate: The learning rate of every agent's Adam optimizer; a constant or a schedule of the
         remaining progress (from 1 to 0).

@@ -30,12 +30,9 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 
 from sb3_ippo.masking import MASK_KEY
-from sb3_ippo.vec_env import (
-    DEFAULT_MAX_RESTARTS,
-    AgentID,
-    DummyMultiAgentVecEnv,
-    _CopyStep,
-)
+from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, AgentID
+from sb3_ippo.vec_env.copies import CopyStep
+from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv
 
 
 def needs_turns(env: Any) -> bool:
@@ -108,7 +105,7 @@ class TurnBasedCopy:
             raise RuntimeError(f"{self.env} has no agent to move after reset: its episode ended before it began")
         return {self.to_move: self._obs}, infos
 
-    def step(self, actions: dict[AgentID, Any]) -> _CopyStep:
+    def step(self, actions: dict[AgentID, Any]) -> CopyStep:
         """The agent to move acts; then the copy advances to the next agent to move, or to the episode end (``done``:
         the caller resets the copy).
 
@@ -138,9 +135,9 @@ class TurnBasedCopy:
                 "t": round(time.time() - self.episode_start, 6),
                 "agent_returns": dict(self.agent_returns),
             }
-            return _CopyStep({}, rewards, terminations, truncations, infos, {}, True, final_obs, episode)
+            return CopyStep({}, rewards, terminations, truncations, infos, {}, True, final_obs, episode)
         obs = {self.to_move: self._obs}
-        return _CopyStep(obs, rewards, terminations, truncations, infos, self.alive, False, final_obs, None)
+        return CopyStep(obs, rewards, terminations, truncations, infos, self.alive, False, final_obs, None)
 
     def check_legal(self, agent: AgentID, action: Any) -> None:
         """:raises ValueError: if the observation the agent acts on has an action mask that forbids ``action``."""

@@ -1,7 +1,7 @@
 """Env copies in Ray actors: ``make_vec_env(..., vec_env_cls="ray")``, for envs too expensive for one machine.
 
 Each actor holds a contiguous slice of the copies and answers the same commands as a worker process of
-``vec_env_cls="subproc"`` (``sb3_ippo.subproc_vec_env._answer``), so the semantics are the same: auto-reset, alive masks,
+``vec_env_cls="subproc"`` (``sb3_ippo.vec_env.subproc._answer``), so the semantics are the same: auto-reset, alive masks,
 final observations, seeding (copy ``i``: ``seed + i``), restarts with ``on_env_error="restart"``, and a clear
 ``RuntimeError`` when an env raises or an actor dies. Only the transport differs: Ray remote calls instead of pipes.
 
@@ -24,8 +24,9 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         'vec_env_cls="ray" needs Ray: pip install "sb3-ippo[ray]" (or, from a checkout, pip install -e ".[ray]")'
     ) from error
 
-from sb3_ippo.subproc_vec_env import SubprocMultiAgentVecEnv, _answer
-from sb3_ippo.vec_env import DEFAULT_MAX_RESTARTS, MultiAgentVecEnv, _parallel_copy, check_env_error_policy
+from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, MultiAgentVecEnv, check_env_error_policy
+from sb3_ippo.vec_env.copies import parallel_copy
+from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv, _answer
 
 # How long close() waits for an actor to close its envs before killing it.
 CLOSE_TIMEOUT = 5.0
@@ -36,7 +37,7 @@ class _EnvRunner:
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]]) -> None:
         self.env_fns = list(env_fns)
-        self.copies = [_parallel_copy(env_fn()) for env_fn in self.env_fns]
+        self.copies = [parallel_copy(env_fn()) for env_fn in self.env_fns]
 
     def answer(self, command: str, data: Any) -> Any:
         return _answer(self.copies, self.env_fns, command, data)
@@ -52,7 +53,7 @@ class _EnvRunner:
 class RayMultiAgentVecEnv(SubprocMultiAgentVecEnv):
     """Copies stepped in Ray actors, each actor holding a contiguous slice of the copies (``n_workers`` actors).
 
-    Largely identical to :class:`~sb3_ippo.subproc_vec_env.SubprocMultiAgentVecEnv` (same restarts and errors); a worker is
+    Largely identical to :class:`~sb3_ippo.vec_env.subproc.SubprocMultiAgentVecEnv` (same restarts and errors); a worker is
     an actor here. Ray is started with ``ray.init(address=ray_address)`` unless it already runs in this process: None
     starts a local instance, ``"auto"`` joins the cluster started by ``ray start --head`` on this machine, and
     ``"ray://host:10001"`` a remote one. The env factories (and the packages they need) must be importable where the

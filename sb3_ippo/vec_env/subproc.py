@@ -1,8 +1,8 @@
 """Env copies stepped in worker processes: :class:`SubprocMultiAgentVecEnv` (``make_vec_env(vec_env_cls="subproc")``).
 
 Each worker holds a contiguous slice of the copies and answers the parent's commands (:func:`_answer`, which the Ray
-actors of :mod:`sb3_ippo.ray_vec_env` share), so the copies behave as in :class:`~sb3_ippo.vec_env.DummyMultiAgentVecEnv`:
-the same auto-reset, alive masks, restarts and errors.
+actors of :mod:`sb3_ippo.vec_env.ray` share), so the copies behave as in
+:class:`~sb3_ippo.vec_env.dummy.DummyMultiAgentVecEnv`: the same auto-reset, alive masks, restarts and errors.
 """
 
 from __future__ import annotations
@@ -17,37 +17,39 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnvIndices
 
-from sb3_ippo.vec_env import (
+from sb3_ippo.vec_env.base import (
     DEFAULT_MAX_RESTARTS,
     AgentID,
-    CopyFailure,
     MultiAgentStep,
     MultiAgentVecEnv,
     ObsArray,
-    _EpisodeCopy,
-    _lost_episode,
-    _parallel_copy,
-    _Rebuilt,
-    _rebuild_copy,
-    _reset_copy,
-    _Resolved,
-    _step_copy,
     check_env_error_policy,
+)
+from sb3_ippo.vec_env.copies import (
+    CopyFailure,
+    EpisodeCopy,
+    Rebuilt,
+    Resolved,
+    lost_episode,
+    parallel_copy,
+    rebuild_copy,
+    reset_copy,
+    step_copy,
 )
 
 
-def _answer(copies: list[_EpisodeCopy], env_fns: Sequence[Callable[[], Any]], command: str, data: Any) -> Any:
+def _answer(copies: list[EpisodeCopy], env_fns: Sequence[Callable[[], Any]], command: str, data: Any) -> Any:
     """What a worker sends back for one of the parent's commands."""
     if command == "step":
-        return [_step_copy(copy_, actions, keep_error=False) for copy_, actions in zip(copies, data, strict=True)]
+        return [step_copy(copy_, actions, keep_error=False) for copy_, actions in zip(copies, data, strict=True)]
     if command == "reset":
         return [
-            _reset_copy(episode_copy, seed, options, keep_error=False)
+            reset_copy(episode_copy, seed, options, keep_error=False)
             for episode_copy, (seed, options) in zip(copies, data, strict=True)
         ]
     if command == "restart":
         local_index, seed = data
-        return _rebuild_copy(copies, env_fns, local_index, seed, keep_error=False)
+        return rebuild_copy(copies, env_fns, local_index, seed, keep_error=False)
     if command == "spaces":
         env = copies[0].env
         agents = list(env.possible_agents)
@@ -83,10 +85,10 @@ def _worker(remote: Connection, parent_remote: Connection, env_fns_wrapper: Clou
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_remote.close()
-    copies: list[_EpisodeCopy] = []
+    copies: list[EpisodeCopy] = []
     env_fns = env_fns_wrapper.var
     try:
-        copies = [_parallel_copy(env_fn()) for env_fn in env_fns]
+        copies = [parallel_copy(env_fn()) for env_fn in env_fns]
         while True:
             command, data = remote.recv()
             if command == "close":
@@ -264,7 +266,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         worker = next(w for w, env_slice in enumerate(self._slices) if env_idx in env_slice)
         return self._request(worker, "restart", (env_idx - self._slices[worker].start, seed))
 
-    def _replace_worker(self, worker: int, reason: str) -> list[_Rebuilt]:
+    def _replace_worker(self, worker: int, reason: str) -> list[Rebuilt]:
         """Start a dead worker anew: all its copies are rebuilt (one restart each) and reset with new seeds."""
         while True:
             for env_idx in self._slices[worker]:
@@ -280,7 +282,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
                         rebuilt.append(self._restart_copy(env_idx, result))
                     else:
                         obs, infos, alive = result
-                        rebuilt.append(_Rebuilt(obs, infos, alive, reason))
+                        rebuilt.append(Rebuilt(obs, infos, alive, reason))
                 return rebuilt
             except _WorkerDied as death:
                 reason = death.reason
@@ -322,7 +324,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         self._send_to_all("step", [[per_copy[i] for i in env_slice] for env_slice in self._slices])
 
     def _wait_agents(self) -> MultiAgentStep:
-        results: list[_Resolved] = []
+        results: list[Resolved] = []
         for worker, env_slice in enumerate(self._slices):
             try:
                 worker_results = [
@@ -331,7 +333,7 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
                 ]
             except _WorkerDied as death:
                 # Every copy of the worker is rebuilt: all their episodes in progress are lost.
-                worker_results = [_lost_episode(rebuilt) for rebuilt in self._replace_worker(worker, death.reason)]
+                worker_results = [lost_episode(rebuilt) for rebuilt in self._replace_worker(worker, death.reason)]
             results.extend(worker_results)
         return self._collect_step(results)
 
