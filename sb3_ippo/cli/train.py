@@ -239,6 +239,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
             progress_bar=not args.no_progress_bar and _progress_bar_available(),
         )
     finally:
+        model.logger.close()  # progress.csv (and TensorBoard's events) complete on disk
         for env in extra_envs:
             env.close()
     model_path = out / MODEL_FILE
