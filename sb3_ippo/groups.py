@@ -30,6 +30,8 @@ GROUP_HYPERPARAMETERS = (
     "target_kl",
     "gamma",
     "gae_lambda",
+    "normalize_advantage",
+    "shuffle_minibatches",
 )
 GROUP_POLICY_SETTINGS = ("policy", "policy_kwargs")
 

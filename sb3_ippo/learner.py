@@ -38,7 +38,18 @@ from sb3_ippo.stacked import StackedPolicies, stacked_build_batch, stacked_ppo_u
 from sb3_ippo.vec_env import AgentID, ObsArray
 
 # The hyperparameters a group may set for itself that the update reads (IPPO's ``group_kwargs``).
-GROUP_UPDATE_SETTINGS = ("n_epochs", "batch_size", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "gamma", "gae_lambda")
+GROUP_UPDATE_SETTINGS = (
+    "n_epochs",
+    "batch_size",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "gamma",
+    "gae_lambda",
+    "normalize_advantage",
+    "shuffle_minibatches",
+)
 
 # How long ``LearnerProcess.close`` waits for the learner to stop on its own before terminating it.
 STOP_TIMEOUT = 5.0
@@ -77,9 +88,7 @@ class UpdateOptions:
 
     recompute_values: bool
     recompute_log_prob: bool
-    normalize_advantage: bool
     kl_stop: KLStop
-    shuffle_minibatches: bool
 
 
 @dataclass
@@ -182,13 +191,13 @@ class Trainer:
             batch_size=settings["batch_size"],
             clip_range=clip_range,
             clip_range_vf=clip_range_vf,
-            normalize_advantage=self.options.normalize_advantage,
+            normalize_advantage=settings["normalize_advantage"],
             ent_coef=settings["ent_coef"],
             vf_coef=settings["vf_coef"],
             max_grad_norm=settings["max_grad_norm"],
             target_kl=settings["target_kl"],
             kl_stop=self.options.kl_stop,
-            shuffle_minibatches=self.options.shuffle_minibatches,
+            shuffle_minibatches=settings["shuffle_minibatches"],
         )
 
     def _generator(self, job: UpdateJob, agent: AgentID) -> th.Generator | None:

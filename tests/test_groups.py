@@ -339,6 +339,35 @@ def test_group_kwargs_set_a_groups_hyperparameters_and_policy() -> None:
     assert model.update_stats["adversary_0"].n_epochs_run == 1
 
 
+def test_group_kwargs_set_minibatch_shuffling_and_advantage_normalization(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = simple_adversary_v3.parallel_env(N=2, max_cycles=5)
+    seen: dict[int, tuple[bool, bool]] = {}
+    update = learner_module.ppo_update
+
+    def spy(policy: ActorCriticPolicy, batch: Any, **kwargs: Any) -> Any:
+        seen[id(policy)] = (kwargs["shuffle_minibatches"], kwargs["normalize_advantage"])
+        return update(policy, batch, **kwargs)
+
+    monkeypatch.setattr(learner_module, "ppo_update", spy)
+    settings = dict(shuffle_minibatches=True, normalize_advantage=False)
+    model = make_model(env, batched=False, batch_size=3, group_kwargs={"adversary": settings})
+    model.learn(2 * 5)
+    assert seen[id(model.policies["adversary_0"])] == (True, False)
+    assert seen[id(model.policies["agent_0"])] == seen[id(model.policies["agent_1"])] == (False, True)
+
+    # Every group shuffling by its own setting draws the same permutations as the model-wide setting.
+    shuffled = {"adversary": {"shuffle_minibatches": True}, "agent": {"shuffle_minibatches": True}}
+    everyone = make_model(simple_adversary_v3.parallel_env(N=2, max_cycles=5), batch_size=3, group_kwargs=shuffled)
+    everyone.learn(2 * 5)  # before the next model is made: making one seeds torch's global generator
+    model_wide = make_model(simple_adversary_v3.parallel_env(N=2, max_cycles=5), batch_size=3, shuffle_minibatches=True)
+    model_wide.learn(2 * 5)
+    assert_same_parameters(parameters(everyone), parameters(model_wide))
+    unshuffled = make_model(simple_adversary_v3.parallel_env(N=2, max_cycles=5), batch_size=3)
+    unshuffled.learn(2 * 5)
+    with pytest.raises(AssertionError):  # the permutations matter: the comparison above can fail
+        assert_same_parameters(parameters(unshuffled), parameters(model_wide))
+
+
 def test_group_kwargs_let_dict_and_vector_observations_mix() -> None:
     env = HeterogeneousEnv(["dict", "discrete", "box"])
     model = IPPO("MlpPolicy", env, n_episodes=2, n_epochs=1, policy_kwargs=dict(net_arch=[8]), seed=0,

@@ -168,8 +168,8 @@ class IPPO(BaseAlgorithm):
         SuperSuit + SB3 do for a whole env. ``model.policies[a] is model.policies[b]`` within such a group.
     :param group_kwargs: ``{group name: {setting: value}}``: a group's own ``learning_rate``, ``n_epochs``,
         ``batch_size``, ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
-        ``target_kl``, ``gamma``, ``gae_lambda``, ``policy`` or ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for
-        one group and ``MlpPolicy`` for another).
+        ``target_kl``, ``gamma``, ``gae_lambda``, ``normalize_advantage``, ``shuffle_minibatches``, ``policy`` or
+        ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for one group and ``MlpPolicy`` for another).
     :param batched: Evaluate and train the members of a group (same spaces, own weights) as one batch: acting is
         one forward call per group, and each minibatch one forward, backward, gradient clip and Adam step for the
         whole group, with every member's own Adam state and KL early stop. It gives the same parameters as
@@ -975,9 +975,7 @@ class IPPO(BaseAlgorithm):
             options=UpdateOptions(
                 recompute_values=self.recompute_values,
                 recompute_log_prob=self.recompute_log_prob,
-                normalize_advantage=self.normalize_advantage,
                 kl_stop=self.kl_stop,
-                shuffle_minibatches=self.shuffle_minibatches,
             ),
             stacked=dict(self._stacked),
         )
@@ -1003,7 +1001,7 @@ class IPPO(BaseAlgorithm):
                 trajectories[agent] = drained
         self._count_dropped_episodes()
         generator_seeds = None
-        if self.shuffle_minibatches:
+        if any(self._group_setting(name, "shuffle_minibatches") for name in self._agent_groups):
             # One per agent, so the batched and the one-agent-at-a-time paths draw the same permutations; drawn here,
             # in the collecting process, so that the update leaves torch's global RNG alone wherever it runs.
             generator_seeds = {agent: int(th.randint(2**62, (1,)).item()) for agent in self.possible_agents}
