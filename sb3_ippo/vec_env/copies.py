@@ -18,6 +18,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 if TYPE_CHECKING:
     from sb3_ippo.vec_env.base import AgentID
 
+
 def is_parallel_env(env: Any) -> bool:
     """A PettingZoo ``ParallelEnv``, or an object with its interface (some wrappers do not subclass it)."""
     if isinstance(env, ParallelEnv):

@@ -10,6 +10,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray
 from sb3_ippo.vec_env.copies import CopyFailure, EpisodeCopy, parallel_copy, rebuild_copy, reset_copy, step_copy
 
+
 class DummyMultiAgentVecEnv(MultiAgentVecEnv):
     """Copies stepped one after the other in this process (SB3's ``DummyVecEnv`` counterpart).
 

@@ -17,6 +17,7 @@ from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv
 from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
 from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv, make_turn_based_vec_env, needs_turns
 
+
 def make_vec_env(
     env_fn: Callable[..., Any],
     n_envs: int = 1,
