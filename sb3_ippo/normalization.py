@@ -74,7 +74,8 @@ class ReturnNormalizer:
 
     @property
     def std(self) -> float:
-        return float(np.sqrt(self.return_rms.var + self.epsilon))
+        # .item(): statistics of shape (1,) too, as .safetensors files written before 0-d arrays were kept 0-d hold.
+        return np.sqrt(self.return_rms.var + self.epsilon).item()
 
     def update(self, returns: np.ndarray) -> None:
         self.return_rms.update(np.asarray(returns, dtype=np.float64).reshape(-1))

@@ -217,7 +217,8 @@ class _Encoder:
     def _array(self, array: np.ndarray, path: str) -> dict[str, Any]:
         dtype = _numeric_dtype(array.dtype, path)
         if self.tensors is not None and array.dtype.newbyteorder("=") == array.dtype and array.dtype in _TENSOR_DTYPES:
-            tensor = th.from_numpy(np.ascontiguousarray(array))
+            # Not np.ascontiguousarray, which makes a 0-d array (a RunningMeanStd's var of scalar returns) 1-d.
+            tensor = th.from_numpy(array if array.flags["C_CONTIGUOUS"] else array.copy(order="C"))
             return {"__type__": "ndarray", "dtype": dtype, "tensor": self._tensor(tensor, path)["name"]}
         return {"__type__": "ndarray", "dtype": dtype, "shape": list(array.shape), "data": array.reshape(-1).tolist()}
 

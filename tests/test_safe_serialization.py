@@ -170,6 +170,21 @@ def test_learning_continues_identically_from_either_format(trained: tuple[IPPO, 
     assert_same_parameters(parameters(from_safetensors), parameters(from_zip))
 
 
+def test_an_untrained_model_keeps_its_zero_dimensional_statistics_and_learns_on(tmp_path: pathlib.Path) -> None:
+    # Before any update a return normalizer's statistics are 0-d arrays (later updates make them numpy scalars).
+    model = IPPO("MlpPolicy", make_vec_env(DyingAgentsEnv, n_envs=2, seed=0), n_episodes=2, n_epochs=2,
+                 normalize_returns=True, policy_kwargs=dict(net_arch=[8]), seed=0)
+    model.save(tmp_path / "untrained.safetensors")
+    loaded = IPPO.load(tmp_path / "untrained.safetensors", env=make_vec_env(DyingAgentsEnv, n_envs=2, seed=1))
+    assert loaded.return_normalizers is not None and model.return_normalizers is not None
+    for agent, normalizer in model.return_normalizers.items():
+        restored = loaded.return_normalizers[agent].return_rms
+        assert np.shape(restored.var) == np.shape(normalizer.return_rms.var) == ()
+        assert np.shape(restored.mean) == np.shape(normalizer.return_rms.mean) == ()
+    loaded.learn(24)
+    assert loaded.policy_version > 0
+
+
 def test_save_format_argument_and_file_objects(trained: tuple[IPPO, Any, Any], tmp_path: pathlib.Path) -> None:
     model, _, _ = trained
     model.save(tmp_path / "model", format="safetensors")
