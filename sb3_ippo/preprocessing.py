@@ -1,9 +1,12 @@
-"""What an agent's observations go through before its policy sees them: channel-last images become channel-first.
+"""What passes between an agent's policy and the env: channel-last images become channel-first on the way in, and
+discrete actions get their space's ``start`` on the way out.
 
 PettingZoo envs give images as (height, width, channels); SB3's ``CnnPolicy`` takes (channels, height, width).
 SB3 fixes that with ``VecTransposeImage`` around a gymnasium ``VecEnv``; here each agent's policy is built on the
 transposed space and its observations are transposed on their way in, keeping the env and the buffers in
-PettingZoo's layout.
+PettingZoo's layout. SB3's policies pick discrete actions as indices from 0; a ``Discrete(n, start=s)`` (or
+``MultiDiscrete`` with ``start``) env takes ``s + index``, so the policies and buffers keep indices and the env gets
+the offset ones.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ def policy_observation_space(space: spaces.Space) -> spaces.Space:
     if _is_channel_last_image(space):
         return VecTransposeImage.transpose_space(space)  # type: ignore[arg-type]
     return space
+
+
+def to_env_action(actions: Any, space: spaces.Space) -> Any:
+    """A policy's actions (indices from 0 for discrete spaces) as the env takes them: with the space's ``start``."""
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)) and np.any(space.start != 0):
+        return np.asarray(actions) + space.start
+    return actions
 
 
 def to_policy_observation(obs: Any, space: spaces.Space) -> Any:

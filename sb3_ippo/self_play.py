@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_ippo.masking import MASK_KEY, split_mask
+from sb3_ippo.preprocessing import to_env_action
 from sb3_ippo.vec_env import AgentID, ObsArray
 
 RANDOM = "random"
@@ -139,8 +140,9 @@ class SnapshotOpponent(Opponent):
         self.preprocess = dict(preprocess)
 
     def act(self, agent: AgentID, obs: ObsArray) -> np.ndarray:
-        actions, _ = self.policies[agent].predict(self.preprocess[agent](obs), deterministic=False)
-        return np.asarray(actions)
+        policy = self.policies[agent]
+        actions, _ = policy.predict(self.preprocess[agent](obs), deterministic=False)
+        return np.asarray(to_env_action(actions, policy.action_space))
 
 
 def make_opponent(spec: Any, action_spaces: Mapping[AgentID, spaces.Space], seed: int | None = None) -> Opponent:

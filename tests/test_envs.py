@@ -159,6 +159,25 @@ def test_continuous_actions_sent_to_the_env_stay_within_bounds() -> None:
     assert np.all(box_actions >= -1.0) and np.all(box_actions <= 1.0)
 
 
+def test_discrete_actions_with_a_start_reach_the_env_and_predict_within_their_space() -> None:
+    env = ActionRecordingEnv(agents=["discrete", "multi_discrete"])
+    # SB3's policies pick indices from 0; the env takes start + index (0 is outside MultiDiscrete's first entry).
+    env.action_spaces = {
+        "discrete": spaces.Discrete(3, start=-1),
+        "multi_discrete": spaces.MultiDiscrete([2, 3], start=[5, -2]),
+    }
+    model = make_model(env)
+    model.learn(3 * 4)
+    assert model.policy_version > 0
+    for agent, space in env.action_spaces.items():
+        sent = [actions[agent] for actions in env.received]
+        assert all(space.contains(np.asarray(action, dtype=space.dtype)) for action in sent), (agent, sent)
+    obs = {"discrete": np.zeros((50, 3), np.float32), "multi_discrete": np.zeros((50, 5), np.float32)}
+    predicted, _ = model.predict(obs)
+    for agent, space in env.action_spaces.items():
+        assert all(space.contains(np.asarray(action, dtype=space.dtype)) for action in predicted[agent]), agent
+
+
 def test_simple_spread_with_continuous_actions() -> None:
     env = simple_spread_v3.parallel_env(N=2, max_cycles=5, continuous_actions=True)
     model = make_model(env, n_episodes=1)

@@ -48,7 +48,7 @@ from sb3_ippo.learner import (
 )
 from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, policy_for_agent, unmasked_normalizer
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.preprocessing import policy_observation_space, to_policy_observation
+from sb3_ippo.preprocessing import policy_observation_space, to_env_action, to_policy_observation
 from sb3_ippo.ppo_update import KLStop, UpdateStats
 from sb3_ippo.stacked import StackedPolicies, concat_tensor_obs, stack_tensor_obs, why_not_stackable
 from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
@@ -851,7 +851,7 @@ class IPPO(BaseAlgorithm):
             if policy.squash_output:
                 return policy.unscale_action(actions)
             return np.clip(actions, action_space.low, action_space.high)
-        return actions
+        return to_env_action(actions, action_space)
 
     def collect_rollouts(self, env: MultiAgentVecEnv, callback: BaseCallback, total_timesteps: int) -> bool:  # type: ignore[override]
         """Step the env copies with every agent's policy until an update is due or the budget is spent.
@@ -1144,7 +1144,8 @@ class IPPO(BaseAlgorithm):
         for agent, obs in observation.items():
             try:
                 policy_obs = self._policy_input(agent, obs)
-                actions[agent], _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+                action, _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+                actions[agent] = to_env_action(action, self.action_spaces[agent])
             except (ValueError, TypeError) as error:
                 space = self.observation_spaces[agent]
                 expected = f"{space.shape} or (n, *{space.shape})" if space.shape else f"an element of {space}"
