@@ -202,6 +202,8 @@ def test_tensorboard_checkpoints_and_evaluation_during_training(tmp_path: pathli
     assert (out / "best_model.zip").is_file() and (out / "eval" / "evaluations.npz").is_file()
     with (out / "progress.csv").open() as file:
         assert "eval/mean_reward" in next(csv.reader(file))
+    checkpoint = sorted((out / "checkpoints").glob("model_*_steps.zip"))[0]
+    assert main(["evaluate", str(checkpoint), "--episodes", "1"]) == 0  # the env: from run.json in the run folder
 
 
 def test_log_interval_that_would_write_no_curve_is_refused(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
+from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
 from sb3_ippo.cli.values import env_error, installed, parse_wrapper
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
@@ -57,10 +57,12 @@ def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.
 
 
 def _recorded_run(model_path: pathlib.Path) -> dict[str, Any]:
-    """The run the model came from: run.json beside it, else the copy inside its zip, else nothing."""
-    beside = model_path.parent / RUN_FILE
-    if beside.is_file():
-        return json.loads(beside.read_text())
+    """The run the model came from: run.json beside it (or, for a checkpoint ``train --checkpoint-freq`` wrote, in the
+    run folder above ``checkpoints/``), else the copy inside its zip, else nothing."""
+    folders = [model_path.parent] + ([model_path.parent.parent] if model_path.parent.name == CHECKPOINT_FOLDER else [])
+    for folder in folders:
+        if (folder / RUN_FILE).is_file():
+            return json.loads((folder / RUN_FILE).read_text())
     with zipfile.ZipFile(model_path) as archive:
         if RUN_FILE in archive.namelist():
             return json.loads(archive.read(RUN_FILE))

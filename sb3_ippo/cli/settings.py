@@ -23,6 +23,7 @@ DEFAULT_ENV = "mpe2.simple_spread_v3"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"N": 3, "max_cycles": 25}
 RUN_FILE = "run.json"
 MODEL_FILE = "model.zip"
+CHECKPOINT_FOLDER = "checkpoints"  # where train --checkpoint-freq writes, inside --out
 # Defaults of the train options that a hyperparameter file may also set (the command line wins over the file).
 TRAIN_DEFAULTS: dict[str, Any] = {"timesteps": 200_000, "n_envs": 8, "vec_env": "dummy", "policy": "MlpPolicy"}
 PRINT_EVERY = 5_000

@@ -17,7 +17,7 @@ import numpy as np
 from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
 from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
-from sb3_ippo.cli.settings import MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
+from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
 from sb3_ippo.cli.values import env_error, installed, schedule
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
@@ -134,7 +134,7 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
         callbacks.append(
             CheckpointCallback(
                 save_freq=max(settings.checkpoint_freq // settings.n_envs, 1),
-                save_path=str(out / "checkpoints"),
+                save_path=str(out / CHECKPOINT_FOLDER),
                 name_prefix="model",
                 verbose=int(settings.verbose >= 2),
             )
