@@ -305,6 +305,14 @@ class VariableLengthEnv(DyingAgentsEnv):
         return observations, rewards, terminations, truncations, infos
 
 
+class NoRenderModeEnv(DyingAgentsEnv):
+    """A :class:`DyingAgentsEnv` without the ``render_mode`` attribute, as some hand-written ParallelEnvs are."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        del self.render_mode
+
+
 class CrashingEnv(DyingAgentsEnv):
     """A :class:`DyingAgentsEnv` that fails at step ``crash_step``: it raises, or (``how="exit"``) kills its process."""
 

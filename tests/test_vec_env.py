@@ -27,6 +27,7 @@ from tests.envs import (
     DyingAgentsEnv,
     FactoryThatFailsInWorkers,
     HeterogeneousEnv,
+    NoRenderModeEnv,
     RevivingEnv,
     VariableLengthEnv,
 )
@@ -493,6 +494,19 @@ def test_get_attr_reads_each_copys_attribute(vec_env_cls: str) -> None:
         vec_env.reset()
         assert vec_env.get_attr("max_steps") == [6, 6, 6]
         assert vec_env.get_attr("agents", indices=[2]) == [["agent_0", "agent_1", "agent_2"]]
+
+
+@pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
+def test_a_missing_attribute_is_an_attribute_error_and_the_copies_go_on(vec_env_cls: str) -> None:
+    # SB3's VecEnv reads render_mode with get_attr and takes an AttributeError as "None" (with a warning).
+    with pytest.warns(UserWarning, match="render_mode"):
+        vec_env = make_vec_env(NoRenderModeEnv, n_envs=3, vec_env_cls=vec_env_cls)
+    with closing(vec_env):
+        assert vec_env.render_mode is None
+        with pytest.raises(AttributeError, match="no_such_attribute"):
+            vec_env.get_attr("no_such_attribute")
+        obs = vec_env.reset()
+        assert vec_env.step_agents(oracle_actions(obs)).rewards["agent_0"].tolist() == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)

@@ -64,7 +64,10 @@ def _answer(copies: list[EpisodeCopy], env_fns: Sequence[Callable[[], Any]], com
         return None
     if command == "get_attr":
         local_indices, name = data
-        return [getattr(copies[i].env.unwrapped, name) for i in local_indices]
+        try:
+            return [getattr(copies[i].env.unwrapped, name) for i in local_indices]
+        except AttributeError as error:
+            return error  # raised in the parent, as in-process copies raise it (SB3 reads render_mode so)
     if command == "set_attr":
         local_indices, name, value = data
         for i in local_indices:
@@ -365,11 +368,13 @@ class SubprocMultiAgentVecEnv(MultiAgentVecEnv):
         return pairs
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return [
-            value
-            for worker, local in self._by_worker(indices)
-            for value in self._command(worker, "get_attr", (local, attr_name))
-        ]
+        values = []
+        for worker, local in self._by_worker(indices):
+            answer = self._command(worker, "get_attr", (local, attr_name))
+            if isinstance(answer, AttributeError):
+                raise AttributeError(str(answer))
+            values.extend(answer)
+        return values
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         for worker, local in self._by_worker(indices):
