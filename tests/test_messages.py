@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo.classic import tictactoe_v3
 from stable_baselines3.common.utils import LinearSchedule
@@ -215,3 +216,15 @@ def test_a_callback_that_stops_training_does_not_warn() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         make_model().learn(100, callback=lambda _locals, _globals: False)
+
+
+def test_cnn_policy_on_vector_observations_names_the_agent_and_points_to_mlp_policy() -> None:
+    with pytest.raises(ValueError, match=r"Agent 'agent_0' has the observation space Box\(.*not an image.*'MlpPolicy'"):
+        IPPO("CnnPolicy", simple_spread_v3.parallel_env(N=2, max_cycles=5))
+
+
+def test_an_observation_space_sb3_cannot_take_names_the_agent_and_what_is_supported() -> None:
+    env = DyingAgentsEnv()
+    env.observation_spaces = {agent: spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3))) for agent in env.possible_agents}
+    with pytest.raises(ValueError, match=r"Agent 'agent_0' has the observation space Tuple\(.*Dict spaces of them"):
+        IPPO("MlpPolicy", env)

@@ -341,6 +341,15 @@ class IPPO(BaseAlgorithm):
     # ----------------------------------------------------------------------------------------------------------
 
     def _check_agent_spaces(self, observation_spaces: Mapping, action_spaces: Mapping) -> None:
+        kinds = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+        for agent, space in observation_spaces.items():
+            subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
+            if not all(isinstance(subspace, kinds) for subspace in subspaces):
+                raise ValueError(
+                    f"Agent {agent!r} has the observation space {space}, which SB3's policies cannot take: "
+                    "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary observations, and Dict spaces of them. "
+                    "Flatten or convert the observations in a wrapper of the env (e.g. a Tuple into a Dict or one Box)."
+                )
         for agent, action_space in action_spaces.items():
             if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
                 raise ValueError(
@@ -469,12 +478,22 @@ class IPPO(BaseAlgorithm):
                 if agent_class is policy_class:
                     self._check_policy_fits(agent, policy_class)
                 if shared is None or not group.share_parameters:
-                    shared = agent_class(  # type: ignore[call-arg]
-                        policy_observation_space(agent_space),
-                        self.action_spaces[agent],
-                        lr_schedule,
-                        **policy_kwargs,
-                    ).to(self.device)
+                    try:
+                        shared = agent_class(  # type: ignore[call-arg]
+                            policy_observation_space(agent_space),
+                            self.action_spaces[agent],
+                            lr_schedule,
+                            **policy_kwargs,
+                        ).to(self.device)
+                    except AssertionError as error:
+                        if "NatureCNN" not in str(error):
+                            raise
+                        raise ValueError(
+                            f"Agent {agent!r} has the observation space {self.observation_spaces[agent]}, not an image: "
+                            f"{policy_class.__name__} ('CnnPolicy') needs images (uint8, values 0-255, height x width x "
+                            "channels); use 'MlpPolicy' for vector observations (for one group of agents only: "
+                            "group_kwargs={group: dict(policy=...)})"
+                        ) from error
                 policies[self._policy_keys[agent]] = shared
         self._policies = nn.ModuleDict(policies)
         if self.normalize_obs and self.obs_normalizers is None:
