@@ -228,3 +228,12 @@ def test_an_observation_space_sb3_cannot_take_names_the_agent_and_what_is_suppor
     env.observation_spaces = {agent: spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3))) for agent in env.possible_agents}
     with pytest.raises(ValueError, match=r"Agent 'agent_0' has the observation space Tuple\(.*Dict spaces of them"):
         IPPO("MlpPolicy", env)
+
+
+def test_agent_ids_that_are_not_strings_are_refused_saying_why() -> None:
+    env = DyingAgentsEnv()  # ids as PettingZoo allows them: any hashable
+    env.possible_agents = [(0, agent) for agent in env.possible_agents]
+    env.observation_spaces = {(0, agent): space for agent, space in env.observation_spaces.items()}
+    env.action_spaces = {(0, agent): space for agent, space in env.action_spaces.items()}
+    with pytest.raises(ValueError, match=r"agent ids \[\(0, 'agent_0'\).*are not strings"):
+        IPPO("MlpPolicy", env)

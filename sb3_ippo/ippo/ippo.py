@@ -341,6 +341,12 @@ class IPPO(BaseAlgorithm):
     # ----------------------------------------------------------------------------------------------------------
 
     def _check_agent_spaces(self, observation_spaces: Mapping, action_spaces: Mapping) -> None:
+        not_strings = [agent for agent in observation_spaces if not isinstance(agent, str)]
+        if not_strings:
+            raise ValueError(
+                f"The env's agent ids {not_strings} are not strings: IPPO names each agent's policy, logger keys and "
+                "entries of the model file by its id. Rename the agents in a wrapper of the env (e.g. str(agent))."
+            )
         kinds = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
         for agent, space in observation_spaces.items():
             subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
