@@ -48,12 +48,13 @@ class RandomOpponent(Opponent):
     observation has no mask.
 
     :param action_spaces: The seats' action spaces.
-    :param seed: Seed of its own generator (None: unseeded).
+    :param seed: Seed of its own generator (None: drawn from NumPy's global generator, so that SB3's
+        ``set_random_seed``, which a model's ``seed`` calls, makes its moves reproducible too).
     """
 
     def __init__(self, action_spaces: Mapping[AgentID, spaces.Space], seed: int | None = None) -> None:
         self.action_spaces = dict(action_spaces)
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed if seed is not None else np.random.randint(2**31))
 
     def act(self, agent: AgentID, obs: ObsArray) -> np.ndarray:
         space = self.action_spaces[agent]

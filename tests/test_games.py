@@ -656,3 +656,23 @@ def test_cli_trains_a_classic_game_with_its_defaults(tmp_path: pathlib.Path, cap
     assert model.share_parameters is True
     printed = list(iter_lines(capsys.readouterr().out))
     assert any(line.strip().startswith("player_1 against a random player: win") for line in printed)
+
+
+def test_cli_evaluate_of_a_game_gives_the_same_results_run_after_run(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
+) -> None:
+    from sb3_ippo.cli import main
+
+    out = tmp_path / "ttt"
+    main(
+        [
+            "train", "--env", "pettingzoo.classic.tictactoe_v3", "--timesteps", "100", "--n-envs", "2", "--out", str(out),
+            "--eval-episodes", "0", "--no-progress-bar", "--n-epochs", "1", "--policy-kwargs", "dict(net_arch=[8])",
+        ]
+    )  # fmt: skip
+    capsys.readouterr()
+    outputs = []
+    for _ in range(2):  # the random opponent and the sampled actions follow --seed
+        main(["evaluate", str(out), "--episodes", "20", "--stochastic"])
+        outputs.append(capsys.readouterr().out)
+    assert "against a random player" in outputs[0] and outputs[0] == outputs[1]

@@ -13,6 +13,7 @@ import zipfile
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.utils import set_random_seed
 
 from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
 from sb3_ippo.cli.values import env_error, installed, parse_wrapper
@@ -115,6 +116,7 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
             f"{model_path} does not fit the env {env_id} {env_kwargs}: {error}. Give the env it was trained on "
             "with --env, --env-kwargs and --wrappers."
         )
+    set_random_seed(args.seed)  # --stochastic actions and a game's random opponent: the same results run after run
     deterministic = not args.stochastic
     if args.video is None:
         with contextlib.closing(env):

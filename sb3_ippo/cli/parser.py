@@ -203,7 +203,12 @@ def build_parser() -> Parsers:
     evaluate.add_argument("model", type=pathlib.Path, help=f"a model .zip, or a run folder (its {MODEL_FILE} is used)")
     _add_env_options(evaluate, f"the one in {RUN_FILE} beside the model or in the model's zip; else required")
     evaluate.add_argument("--episodes", type=positive_int, default=50, help="evaluation episodes (default: 50)")
-    evaluate.add_argument("--seed", type=non_negative_int, default=0, help="seed of the env (default: 0)")
+    evaluate.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seed of the env, of --stochastic actions and of the random opponent of games (default: 0)",
+    )
     evaluate.add_argument(
         "--stochastic", action="store_true", help="sample actions instead of taking the most likely (deterministic)"
     )
