@@ -237,3 +237,10 @@ def test_agent_ids_that_are_not_strings_are_refused_saying_why() -> None:
     env.action_spaces = {(0, agent): space for agent, space in env.action_spaces.items()}
     with pytest.raises(ValueError, match=r"agent ids \[\(0, 'agent_0'\).*are not strings"):
         IPPO("MlpPolicy", env)
+
+
+def test_a_scalar_box_observation_space_is_refused_saying_to_give_it_shape_one() -> None:
+    env = DyingAgentsEnv()
+    env.observation_spaces = {agent: spaces.Box(-1.0, 1.0, shape=()) for agent in env.possible_agents}
+    with pytest.raises(ValueError, match=r"Agent 'agent_0' has a Box observation space of shape \(\).*shape \(1,\)"):
+        IPPO("MlpPolicy", env)

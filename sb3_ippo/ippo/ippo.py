@@ -356,6 +356,11 @@ class IPPO(BaseAlgorithm):
                     "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary observations, and Dict spaces of them. "
                     "Flatten or convert the observations in a wrapper of the env (e.g. a Tuple into a Dict or one Box)."
                 )
+            if any(isinstance(subspace, spaces.Box) and subspace.shape == () for subspace in subspaces):
+                raise ValueError(
+                    f"Agent {agent!r} has a Box observation space of shape () ({space}), which SB3's policies cannot "
+                    "take: give the observation shape (1,) in a wrapper of the env (np.reshape(obs, (1,)))."
+                )
         for agent, action_space in action_spaces.items():
             if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
                 raise ValueError(
