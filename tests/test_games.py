@@ -676,3 +676,20 @@ def test_cli_evaluate_of_a_game_gives_the_same_results_run_after_run(
         main(["evaluate", str(out), "--episodes", "20", "--stochastic"])
         outputs.append(capsys.readouterr().out)
     assert "against a random player" in outputs[0] and outputs[0] == outputs[1]
+
+
+def test_cli_eval_freq_on_a_game_scores_by_the_win_rate(tmp_path: pathlib.Path) -> None:
+    from sb3_ippo.cli import main
+
+    out = tmp_path / "ttt"
+    main(
+        [
+            "train", "--env", "pettingzoo.classic.tictactoe_v3", "--timesteps", "200", "--n-envs", "2", "--out", str(out),
+            "--eval-episodes", "0", "--no-progress-bar", "--n-epochs", "1", "--policy-kwargs", "dict(net_arch=[8])",
+            "--eval-freq", "100", "--n-eval-episodes", "4",
+        ]
+    )  # fmt: skip
+    with (out / "progress.csv").open() as file:
+        header = file.readline().split(",")
+    assert "eval/win_rate" in header  # a game's team return is 0 whoever wins
+    assert (out / "best_model.zip").is_file()

@@ -151,6 +151,8 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
                 log_path=str(out / "eval"),
                 verbose=settings.verbose,
                 warn=False,
+                # A game's team return is 0 whoever wins: score by the win rate against a random player instead.
+                opponent="random" if is_turn_based_vec_env(eval_env) else None,
             )
         )
     return callbacks, envs
