@@ -244,3 +244,10 @@ def test_a_scalar_box_observation_space_is_refused_saying_to_give_it_shape_one()
     env.observation_spaces = {agent: spaces.Box(-1.0, 1.0, shape=()) for agent in env.possible_agents}
     with pytest.raises(ValueError, match=r"Agent 'agent_0' has a Box observation space of shape \(\).*shape \(1,\)"):
         IPPO("MlpPolicy", env)
+
+
+def test_model_policy_says_there_is_one_policy_per_agent() -> None:
+    model = IPPO("MlpPolicy", DyingAgentsEnv())
+    with pytest.raises(AttributeError, match=r"one policy per agent.*model\.policies\[agent_id\]"):
+        model.policy  # noqa: B018 (SB3's habit)
+    assert not hasattr(model, "policy")

@@ -594,6 +594,14 @@ class IPPO(BaseAlgorithm):
         """Read-only mapping: agent id -> that agent's ``ActorCriticPolicy``."""
         return MappingProxyType({agent: self._policies[self._policy_keys[agent]] for agent in self.possible_agents})  # type: ignore[misc]
 
+    @property
+    def policy(self) -> BasePolicy:  # type: ignore[override]
+        """There is no single ``policy``: SB3 code that reads it gets an ``AttributeError`` that says where to look."""
+        raise AttributeError(
+            "IPPO has one policy per agent, not one model.policy: use model.policies[agent_id] "
+            f"(agents: {getattr(self, 'possible_agents', [])})"
+        )
+
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),
