@@ -382,6 +382,14 @@ def test_evaluate_a_run_folder_uses_its_model(tmp_path: pathlib.Path, capsys: py
     assert "{'N': 2, 'max_cycles': 10}: 2 episodes, stochastic (sampled) actions" in capsys.readouterr().out
 
 
+def test_evaluate_a_safetensors_model_beside_its_run_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = train(tmp_path / "run")
+    IPPO.load(out / "model.zip").save(out / "model.safetensors")
+    capsys.readouterr()
+    assert main(["evaluate", str(out / "model.safetensors"), "--episodes", "2"]) == 0
+    assert "{'N': 2, 'max_cycles': 10}: 2 episodes, deterministic actions" in capsys.readouterr().out
+
+
 def test_evaluate_a_model_moved_away_from_its_run_file_reads_the_env_from_the_zip(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -408,7 +416,7 @@ def test_evaluate_a_zip_saved_from_python_asks_for_the_env(tmp_path: pathlib.Pat
 
 @pytest.mark.parametrize(
     ("target", "message"),
-    [("nothing.zip", "No model at"), ("folder", "has no model.zip"), ("notes.txt", "is not a model zip saved by IPPO")],
+    [("nothing.zip", "No model at"), ("folder", "has no model.zip"), ("notes.txt", "is not a model saved by IPPO")],
 )
 def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str, message: str

@@ -52,8 +52,8 @@ def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.
         return path.with_suffix(".zip")
     if not path.is_file():
         parser.error(f"argument model: No model at {path}")
-    if not zipfile.is_zipfile(path):
-        parser.error(f"argument model: {path} is not a model zip saved by IPPO")
+    if path.suffix != ".safetensors" and not zipfile.is_zipfile(path):
+        parser.error(f"argument model: {path} is not a model saved by IPPO (a .zip or a .safetensors file)")
     return path
 
 
@@ -64,9 +64,10 @@ def _recorded_run(model_path: pathlib.Path) -> dict[str, Any]:
     for folder in folders:
         if (folder / RUN_FILE).is_file():
             return json.loads((folder / RUN_FILE).read_text())
-    with zipfile.ZipFile(model_path) as archive:
-        if RUN_FILE in archive.namelist():
-            return json.loads(archive.read(RUN_FILE))
+    if zipfile.is_zipfile(model_path):
+        with zipfile.ZipFile(model_path) as archive:
+            if RUN_FILE in archive.namelist():
+                return json.loads(archive.read(RUN_FILE))
     return {}
 
 
