@@ -31,24 +31,17 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import update_learning_rate
 
 from sb3_ippo.buffer import Trajectory
+from sb3_ippo.groups import GROUP_HYPERPARAMETERS
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.ppo_update import KLStop, UpdateStats, build_batch, ppo_update
 from sb3_ippo.preprocessing import to_policy_observation
 from sb3_ippo.stacked import StackedPolicies, stacked_build_batch, stacked_ppo_update
 from sb3_ippo.vec_env import AgentID, ObsArray
 
-# The hyperparameters a group may set for itself that the update reads (IPPO's ``group_kwargs``).
-GROUP_UPDATE_SETTINGS = (
-    "n_epochs",
-    "batch_size",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "target_kl",
-    "gamma",
-    "gae_lambda",
-    "normalize_advantage",
-    "shuffle_minibatches",
+# The hyperparameters a group may set for itself (IPPO's ``group_kwargs``) that the update reads as they are; the
+# scheduled ones reach it as this update's values (``UpdateJob.learning_rates`` and ``clip_ranges``).
+GROUP_UPDATE_SETTINGS = tuple(
+    name for name in GROUP_HYPERPARAMETERS if name not in ("learning_rate", "clip_range", "clip_range_vf")
 )
 
 # How long ``LearnerProcess.close`` waits for the learner to stop on its own before terminating it.
