@@ -56,6 +56,8 @@ from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
+# The spaces SB3's policies take, as actions, and as observations (also inside a Dict).
+SPACE_KINDS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 # SB3's stdout logger truncates keys to 36 characters: per-agent keys are built to fit.
 MAX_LOG_KEY_LENGTH = 36
@@ -347,10 +349,9 @@ class IPPO(BaseAlgorithm):
                 f"The env's agent ids {not_strings} are not strings: IPPO names each agent's policy, logger keys and "
                 "entries of the model file by its id. Rename the agents in a wrapper of the env (e.g. str(agent))."
             )
-        kinds = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
         for agent, space in observation_spaces.items():
             subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
-            if not all(isinstance(subspace, kinds) for subspace in subspaces):
+            if not all(isinstance(subspace, SPACE_KINDS) for subspace in subspaces):
                 raise ValueError(
                     f"Agent {agent!r} has the observation space {space}, which SB3's policies cannot take: "
                     "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary observations, and Dict spaces of them. "
@@ -362,7 +363,7 @@ class IPPO(BaseAlgorithm):
                     "take: give the observation shape (1,) in a wrapper of the env (np.reshape(obs, (1,)))."
                 )
         for agent, action_space in action_spaces.items():
-            if not isinstance(action_space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            if not isinstance(action_space, SPACE_KINDS):
                 raise ValueError(
                     f"Agent {agent!r} has action space {action_space}; "
                     "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary action spaces"
