@@ -1,4 +1,4 @@
-"""Command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate MODEL.zip|RUN_FOLDER``.
+"""Command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate MODEL.zip|MODEL.safetensors|RUN_FOLDER``.
 
 Every bad value is an argparse usage error (exit status 2, the usage line and what was expected), never a
 traceback. ``train`` writes into ``--out``: ``model.zip``, ``progress.csv`` (SB3's CSV log, one row per update),

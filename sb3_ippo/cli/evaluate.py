@@ -1,4 +1,5 @@
-"""``python -m sb3_ippo evaluate MODEL.zip|RUN_FOLDER``: team and per-agent returns, and a video on request."""
+"""``python -m sb3_ippo evaluate MODEL.zip|MODEL.safetensors|RUN_FOLDER``: team and per-agent returns, and a video on
+request."""
 
 from __future__ import annotations
 

@@ -200,7 +200,9 @@ def build_parser() -> Parsers:
         help="print a saved model's team and per-agent returns",
         description="Evaluate a saved model: team return and each agent's return, mean and std over --episodes.",
     )
-    evaluate.add_argument("model", type=pathlib.Path, help=f"a model .zip, or a run folder (its {MODEL_FILE} is used)")
+    evaluate.add_argument(
+        "model", type=pathlib.Path, help=f"a model .zip or .safetensors file, or a run folder (its {MODEL_FILE} is used)"
+    )
     _add_env_options(evaluate, f"the one in {RUN_FILE} beside the model or in the model's zip; else required")
     evaluate.add_argument("--episodes", type=positive_int, default=50, help="evaluation episodes (default: 50)")
     evaluate.add_argument(
