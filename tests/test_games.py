@@ -690,6 +690,6 @@ def test_cli_eval_freq_on_a_game_scores_by_the_win_rate(tmp_path: pathlib.Path) 
         ]
     )  # fmt: skip
     with (out / "progress.csv").open() as file:
-        header = file.readline().split(",")
+        header = file.readline().rstrip("\n").split(",")
     assert "eval/win_rate" in header  # a game's team return is 0 whoever wins
     assert (out / "best_model.zip").is_file()
