@@ -36,6 +36,9 @@ class Trajectory:
         V(bootstrap_obs)); None when terminated.
     :param policy_version: The version the trajectory is stamped with (see ``AgentEpisodeBuffer``'s
         ``version_stamp``): that of its first step, or that current when it ended.
+    :param truncated: True if the episode was truncated (a time limit: the env's, or ``max_episode_steps``); False
+        if it is still going on and ``rollout_len`` cut this chunk of it, or if it terminated. Only a truncated
+        trajectory may bootstrap 0 instead (IPPO's ``time_limit_bootstrap=False``); a cut one always bootstraps.
     """
 
     observations: ObsArray
@@ -46,6 +49,7 @@ class Trajectory:
     terminated: bool
     bootstrap_obs: Any
     policy_version: int
+    truncated: bool = False
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -60,7 +64,7 @@ class _OpenTrajectory:
     values: list[float] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
 
-    def close(self, terminated: bool, bootstrap_obs: Any, policy_version: int) -> Trajectory:
+    def close(self, terminated: bool, bootstrap_obs: Any, policy_version: int, truncated: bool) -> Trajectory:
         return Trajectory(
             observations=stack_obs(self.observations),
             actions=np.stack(self.actions),
@@ -70,6 +74,7 @@ class _OpenTrajectory:
             terminated=terminated,
             bootstrap_obs=None if terminated else copy_row(bootstrap_obs),
             policy_version=policy_version,
+            truncated=truncated,
         )
 
 
@@ -174,7 +179,7 @@ class AgentEpisodeBuffer:
                 env_idx, terminations[env_idx], truncations[env_idx], final_obs, policy_version, max_version_lag
             )
             if not ended and self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
-                self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag)
+                self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag, truncated=False)
 
     def credit(
         self,
@@ -210,7 +215,7 @@ class AgentEpisodeBuffer:
         """Close copy ``env_idx``'s open trajectory if its episode ended: terminated, or truncated (bootstrapping from
         ``final_obs``, else from the last observation). Returns whether it did."""
         if terminated:
-            self._finish(env_idx, True, None, policy_version, max_version_lag)
+            self._finish(env_idx, True, None, policy_version, max_version_lag, truncated=False)
             return True
         if truncated:
             bootstrap = final_obs.get(env_idx)
@@ -218,12 +223,18 @@ class AgentEpisodeBuffer:
                 trajectory = self._open[env_idx]
                 assert trajectory is not None
                 bootstrap = trajectory.observations[-1]
-            self._finish(env_idx, False, bootstrap, policy_version, max_version_lag)
+            self._finish(env_idx, False, bootstrap, policy_version, max_version_lag, truncated=True)
             return True
         return False
 
     def _finish(
-        self, env_idx: int, terminated: bool, bootstrap_obs: Any, policy_version: int, max_version_lag: int | None
+        self,
+        env_idx: int,
+        terminated: bool,
+        bootstrap_obs: Any,
+        policy_version: int,
+        max_version_lag: int | None,
+        truncated: bool,
     ) -> None:
         trajectory = self._open[env_idx]
         assert trajectory is not None
@@ -235,7 +246,7 @@ class AgentEpisodeBuffer:
                 self.rejected_episodes += 1
                 return
         stamp = trajectory.policy_version if self.version_stamp == "first_step" else policy_version
-        self.finished.append(trajectory.close(terminated, bootstrap_obs, stamp))
+        self.finished.append(trajectory.close(terminated, bootstrap_obs, stamp, truncated))
 
     def drop_open(self, env_idx: int | None = None) -> int:
         """Forget the trajectories in progress: of copy ``env_idx`` (its episode was lost), or of every copy (they were

@@ -30,6 +30,7 @@ GROUP_HYPERPARAMETERS = (
     "target_kl",
     "gamma",
     "gae_lambda",
+    "time_limit_bootstrap",
     "normalize_advantage",
     "shuffle_minibatches",
 )

@@ -75,6 +75,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_epochs": (_positive_int, POSITIVE_INT + " (passes over each batch)"),
     "gamma": (_unit_interval, "a number in [0, 1]"),
     "gae_lambda": (_unit_interval, "a number in [0, 1]"),
+    "time_limit_bootstrap": (_bool, "True (a truncated episode bootstraps V(s_T)) or False (it bootstraps 0)"),
     "clip_range": (_schedule_or(_finite_positive_number), "a positive number" + SCHEDULE),
     "clip_range_vf": (
         _optional(_schedule_or(_finite_positive_number)),

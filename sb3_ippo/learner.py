@@ -211,6 +211,7 @@ class Trainer:
             recompute_log_prob=self.options.recompute_log_prob,
             preprocess_obs=functools.partial(self.policy_input, agent, obs_normalizers=job.obs_normalizers),
             return_normalizer=None if self.return_normalizers is None else self.return_normalizers[agent],
+            time_limit_bootstrap=group.settings["time_limit_bootstrap"],
         )
         generator = self._generator(job, agent)
         return ppo_update(self.policies[agent], batch, generator=generator, **self._update_kwargs(job, group))
@@ -234,6 +235,7 @@ class Trainer:
                 functools.partial(self.policy_input, agent, obs_normalizers=job.obs_normalizers) for agent in agents
             ],
             return_normalizers=None if self.return_normalizers is None else [self.return_normalizers[a] for a in agents],
+            time_limit_bootstrap=group.settings["time_limit_bootstrap"],
         )
         generators = None if job.generator_seeds is None else [self._generator(job, agent) for agent in agents]
         return stacked_ppo_update(stacked, batch, generators=generators, **self._update_kwargs(job, group))

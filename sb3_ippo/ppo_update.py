@@ -118,7 +118,7 @@ class DrainedBatch:
 
     ``observations`` (preprocessed with the agent's normalization and image layout) and ``actions`` are tensors on
     the policy's device, trajectories end to end; ``bootstrap_obs`` holds the observation after each trajectory
-    listed in ``truncated`` (truncated or cut: they bootstrap from V(s_T)), None if there is none.
+    listed in ``bootstrapped`` (the trajectories that bootstrap from V(s_T)), None if there is none.
     """
 
     observations: TensorObs
@@ -127,7 +127,7 @@ class DrainedBatch:
     lengths: list[int]
     stored_values: np.ndarray
     stored_log_probs: th.Tensor
-    truncated: list[int]
+    bootstrapped: list[int]
     bootstrap_obs: TensorObs | None
 
     def __len__(self) -> int:
@@ -139,13 +139,20 @@ def drain_to_tensors(
     action_space: spaces.Space,
     device: th.device,
     preprocess_obs: Callable[[ObsArray], ObsArray] | None = None,
+    time_limit_bootstrap: bool = True,
 ) -> DrainedBatch:
-    """Lay ``trajectories`` end to end, with observations (and bootstrap observations) through ``preprocess_obs``."""
+    """Lay ``trajectories`` end to end, with observations (and bootstrap observations) through ``preprocess_obs``.
+
+    A cut trajectory bootstraps from V(s_T), and so does a truncated one unless ``time_limit_bootstrap`` is False
+    (it then bootstraps 0, as if terminated); a terminated one bootstraps 0.
+    """
 
     def as_policy_tensor(obs: ObsArray) -> TensorObs:
         return obs_as_tensor(preprocess_obs(obs) if preprocess_obs is not None else obs, device)
 
-    truncated = [i for i, trajectory in enumerate(trajectories) if not trajectory.terminated]
+    bootstrapped = [
+        i for i, t in enumerate(trajectories) if not (t.terminated or (t.truncated and not time_limit_bootstrap))
+    ]
     return DrainedBatch(
         observations=as_policy_tensor(concat_obs([trajectory.observations for trajectory in trajectories])),
         actions=actions_as_tensor(np.concatenate([t.actions for t in trajectories]), action_space, device),
@@ -153,8 +160,10 @@ def drain_to_tensors(
         lengths=[len(trajectory) for trajectory in trajectories],
         stored_values=np.concatenate([trajectory.values for trajectory in trajectories]),
         stored_log_probs=th.as_tensor(np.concatenate([t.log_probs for t in trajectories]), device=device),
-        truncated=truncated,
-        bootstrap_obs=as_policy_tensor(stack_obs([trajectories[i].bootstrap_obs for i in truncated])) if truncated else None,
+        bootstrapped=bootstrapped,
+        bootstrap_obs=(
+            as_policy_tensor(stack_obs([trajectories[i].bootstrap_obs for i in bootstrapped])) if bootstrapped else None
+        ),
     )
 
 
@@ -175,9 +184,9 @@ def finish_batch(
     """
     device = drained.actions.device
     bootstrap_values = np.zeros(len(drained.lengths), dtype=np.float32)
-    if drained.truncated:
+    if drained.bootstrapped:
         assert bootstrap_head_values is not None
-        bootstrap_values[drained.truncated] = bootstrap_head_values.cpu().numpy()
+        bootstrap_values[drained.bootstrapped] = bootstrap_head_values.cpu().numpy()
     if fresh_values is not None:
         values = fresh_values.cpu().numpy()
         if return_normalizer is not None:
@@ -186,7 +195,7 @@ def finish_batch(
         values = drained.stored_values
     if return_normalizer is not None:
         # Only network outputs are on the normalized scale: a terminated trajectory bootstraps 0 on the return scale.
-        bootstrap_values[drained.truncated] = return_normalizer.denormalize(bootstrap_values[drained.truncated])
+        bootstrap_values[drained.bootstrapped] = return_normalizer.denormalize(bootstrap_values[drained.bootstrapped])
     advantages, returns = compute_gae(drained.rewards, values, bootstrap_values, drained.lengths, gamma, gae_lambda)
     if return_normalizer is not None:
         return_normalizer.update(returns)
@@ -220,6 +229,7 @@ def build_batch(
     recompute_log_prob: bool = True,
     preprocess_obs: Callable[[ObsArray], ObsArray] | None = None,
     return_normalizer: ReturnNormalizer | None = None,
+    time_limit_bootstrap: bool = True,
 ) -> AgentBatch:
     """Turn drained trajectories into a training batch, with fresh-value GAE.
 
@@ -227,13 +237,14 @@ def build_batch(
     normalization and image layout. With ``recompute_values``, V(s_t) and the bootstrap V(s_T) of every
     truncated or cut trajectory come from the current value network; otherwise the values stored at collection
     time are used (they are stored on the return scale, de-normalized with the statistics of their time; bootstrap
-    values, never stored, still come from the current network). With ``recompute_log_prob``, log pi_old(a|s) comes
+    values, never stored, still come from the current network). With ``time_limit_bootstrap=False``, a truncated
+    trajectory bootstraps 0, as if terminated (:func:`drain_to_tensors`). With ``recompute_log_prob``, log pi_old(a|s) comes
     from the current policy, so the first minibatch's ratio is exactly 1. With ``return_normalizer``, value-head
     outputs are de-normalized before GAE; then the statistics are updated with the new returns, and the targets and
     the old values (for ``clip_range_vf`` and the explained variance) are both normalized with the updated
     statistics, the scale the value head is trained towards in this update and read back with at the next.
     """
-    drained = drain_to_tensors(trajectories, policy.action_space, policy.device, preprocess_obs)
+    drained = drain_to_tensors(trajectories, policy.action_space, policy.device, preprocess_obs, time_limit_bootstrap)
     fresh_values = fresh_log_prob = bootstrap_values = None
     with th.no_grad():
         if recompute_values or recompute_log_prob:

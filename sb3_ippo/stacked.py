@@ -339,12 +339,19 @@ def stacked_build_batch(
     recompute_log_prob: bool = True,
     preprocess_obs: Sequence[Callable[[ObsArray], ObsArray] | None] | None = None,
     return_normalizers: Sequence[ReturnNormalizer] | None = None,
+    time_limit_bootstrap: bool = True,
 ) -> StackedBatch:
     """:func:`sb3_ippo.ppo_update.build_batch` for every member (``trajectories[i]`` are member ``i``'s), with the
     recomputation of values, log-probs and bootstrap values in one forward pass for the whole group."""
     policies = stacked.policies
     drained: list[DrainedBatch] = [
-        drain_to_tensors(member, policy.action_space, policy.device, None if preprocess_obs is None else preprocess_obs[i])
+        drain_to_tensors(
+            member,
+            policy.action_space,
+            policy.device,
+            None if preprocess_obs is None else preprocess_obs[i],
+            time_limit_bootstrap,
+        )
         for i, (member, policy) in enumerate(zip(trajectories, policies, strict=True))
     ]
     # Each member's bootstrap observations ride behind its batch, so one forward pass covers both.
@@ -352,9 +359,9 @@ def stacked_build_batch(
         d.observations if d.bootstrap_obs is None else concat_tensor_obs([d.observations, d.bootstrap_obs]) for d in drained
     ]
     actions = [
-        d.actions if d.bootstrap_obs is None else th.cat([d.actions, d.actions[: len(d.truncated)]]) for d in drained
+        d.actions if d.bootstrap_obs is None else th.cat([d.actions, d.actions[: len(d.bootstrapped)]]) for d in drained
     ]
-    length = max(len(d) + len(d.truncated) for d in drained)
+    length = max(len(d) + len(d.bootstrapped) for d in drained)
     with th.no_grad():
         values, log_prob, _ = stacked.evaluate_actions(stacked.gather(), _pad_obs(inputs, length), _pad(actions, length))
     batches = []
@@ -365,7 +372,7 @@ def stacked_build_batch(
                 member,
                 values[i, :n] if recompute_values else None,
                 log_prob[i, :n] if recompute_log_prob else None,
-                values[i, n : n + len(member.truncated)] if member.truncated else None,
+                values[i, n : n + len(member.bootstrapped)] if member.bootstrapped else None,
                 gamma,
                 gae_lambda,
                 None if return_normalizers is None else return_normalizers[i],

@@ -111,7 +111,7 @@ def test_a_terminated_trajectory_has_no_bootstrap_observation() -> None:
     Feeder(buffer).episode(3, terminated=True)
 
     (trajectory,) = buffer.finished
-    assert trajectory.terminated
+    assert trajectory.terminated and not trajectory.truncated
     assert trajectory.bootstrap_obs is None
 
 
@@ -124,7 +124,7 @@ def test_a_truncated_trajectory_bootstraps_from_the_final_observation() -> None:
     feeder.step(truncated=[0], final_obs={0: final})
 
     (trajectory,) = buffer.finished
-    assert not trajectory.terminated
+    assert not trajectory.terminated and trajectory.truncated
     # Not the next observation, which belongs to the copy's next episode.
     np.testing.assert_array_equal(trajectory.bootstrap_obs, final)
 
@@ -212,6 +212,7 @@ def test_rollout_len_cuts_chunks_that_bootstrap_from_the_next_observation() -> N
     first, second, last = buffer.finished
     assert lengths(buffer.finished) == [3, 3, 2]
     assert not first.terminated and not second.terminated and last.terminated
+    assert not any(chunk.truncated for chunk in buffer.finished)  # a cut is not a time limit: it always bootstraps
     np.testing.assert_array_equal(first.bootstrap_obs, observation(0, 3))
     np.testing.assert_array_equal(second.bootstrap_obs, observation(0, 6))
     np.testing.assert_array_equal(second.observations[0], observation(0, 3))

@@ -262,6 +262,33 @@ def test_an_ippo_update_is_the_same_batched_and_one_agent_at_a_time(kwargs: dict
         assert batched.update_stats[agent].n_epochs_run == reference.update_stats[agent].n_epochs_run
 
 
+def test_a_groups_time_limit_bootstrap_is_the_same_batched_and_one_agent_at_a_time() -> None:
+    settings = dict(
+        n_epochs=4, batch_size=3, target_kl=None, learning_rate=0.01, group_kwargs={"agent": {"time_limit_bootstrap": False}}
+    )
+    trajectories = seeded_trajectories(make_model(), seed=0)
+    for agent_trajectories in trajectories.values():
+        agent_trajectories[0].truncated = True  # a time limit, not a rollout_len cut
+    models = {}
+    for name, kwargs in (("batched", dict(batched=True)), ("reference", dict(batched=False)), ("bootstrapping", {})):
+        model_settings = {**settings, **kwargs}
+        if name == "bootstrapping":
+            model_settings.pop("group_kwargs")
+        th.manual_seed(0)
+        models[name] = trained_on(make_model(**model_settings), trajectories)
+
+    def close(first: IPPO, second: IPPO) -> bool:
+        return all(
+            th.allclose(p, second.policies[agent].get_parameter(name), rtol=1e-5, atol=1e-6)
+            for agent in first.possible_agents
+            for name, p in first.policies[agent].named_parameters()
+        )
+
+    assert "agent" in models["batched"]._stacked and not models["reference"]._stacked
+    assert close(models["batched"], models["reference"])
+    assert not close(models["bootstrapping"], models["reference"])  # the setting changes the update
+
+
 def test_batched_training_runs_and_learns_like_sb3_expects() -> None:
     model = make_model(make_vec_env(DyingAgentsEnv, n_envs=2))
     model.learn(4 * 2 * EPISODE_LENGTH)

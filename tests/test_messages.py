@@ -58,6 +58,7 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("recompute_values", 1, "True or False"),
     ("recompute_log_prob", None, "True or False"),
     ("shuffle_minibatches", "False", "True or False"),
+    ("time_limit_bootstrap", 0, "True (a truncated episode bootstraps V(s_T)) or False (it bootstraps 0)"),
     ("normalize_obs", 0, "True or False"),
     ("normalize_returns", None, "True or False"),
     ("rollout_len", 0, "a positive integer"),

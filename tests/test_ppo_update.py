@@ -194,6 +194,25 @@ def test_build_batch_gae_equals_sb3_for_trajectories_of_different_lengths() -> N
     np.testing.assert_allclose(batch.returns.numpy(), expected_returns, rtol=1e-5, atol=1e-5)
 
 
+def test_without_time_limit_bootstrap_a_truncated_trajectory_bootstraps_0_and_a_cut_one_still_bootstraps() -> None:
+    policy = make_policy()
+    trajectories = make_trajectories([(7, False), (3, True), (5, False), (4, False)])
+    trajectories[0].truncated = trajectories[2].truncated = True  # time limits; the last one is cut by rollout_len
+    values = network_values(policy, np.concatenate([t.observations for t in trajectories]))
+    bootstrap_values = fresh_bootstrap_values(policy, trajectories)
+
+    for time_limit_bootstrap, bootstraps in ((True, [True, False, True, True]), (False, [False, False, False, True])):
+        batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, time_limit_bootstrap=time_limit_bootstrap)
+
+        rewards, _, lengths, _, _ = gae_inputs(trajectories, values, bootstrap_values)
+        expected_bootstrap = [v if b else 0.0 for v, b in zip(bootstrap_values, bootstraps, strict=True)]
+        expected_advantages, expected_returns = sb3_gae(
+            rewards, values, lengths, [not b for b in bootstraps], expected_bootstrap
+        )
+        np.testing.assert_allclose(batch.advantages.numpy(), expected_advantages, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(batch.returns.numpy(), expected_returns, rtol=1e-5, atol=1e-5)
+
+
 # --- Fresh values ----------------------------------------------------------------------------------------------------
 
 

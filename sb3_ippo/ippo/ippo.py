@@ -127,6 +127,11 @@ class IPPO(BaseAlgorithm):
     :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``).
     :param gamma: Discount factor.
     :param gae_lambda: GAE's bias/variance trade-off (reference: ``lam``).
+    :param time_limit_bootstrap: A truncated episode (a time limit: the env's, or ``max_episode_steps``) bootstraps
+        from V(s_T), the value of the observation it was cut off at, as SB3 does with ``TimeLimit.truncated``. False:
+        it bootstraps 0, as if terminated: the agent then learns the return of the episode as it is cut, which suits
+        envs whose time limit is part of the task, such as MPE's ``max_cycles`` (what MAPPO's MPE runs and
+        SuperSuit + SB3 do). A chunk cut by ``rollout_len`` always bootstraps.
     :param clip_range: PPO's clipping parameter; a constant or a schedule (reference: ``clip_ratio``).
     :param clip_range_vf: Clipping of the value-function change around the recomputed old values, on the
         value head's scale (normalized when ``normalize_returns``). None: no clipping.
@@ -170,8 +175,9 @@ class IPPO(BaseAlgorithm):
         SuperSuit + SB3 do for a whole env. ``model.policies[a] is model.policies[b]`` within such a group.
     :param group_kwargs: ``{group name: {setting: value}}``: a group's own ``learning_rate``, ``n_epochs``,
         ``batch_size``, ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
-        ``target_kl``, ``gamma``, ``gae_lambda``, ``normalize_advantage``, ``shuffle_minibatches``, ``policy`` or
-        ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for one group and ``MlpPolicy`` for another).
+        ``target_kl``, ``gamma``, ``gae_lambda``, ``time_limit_bootstrap``, ``normalize_advantage``,
+        ``shuffle_minibatches``, ``policy`` or ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for one group and
+        ``MlpPolicy`` for another).
     :param batched: Evaluate and train the members of a group (same spaces, own weights) as one batch: acting is
         one forward call per group, and each minibatch one forward, backward, gradient clip and Adam step for the
         whole group, with every member's own Adam state and KL early stop. It gives the same parameters as
@@ -223,6 +229,7 @@ class IPPO(BaseAlgorithm):
         n_epochs: int = 80,
         gamma: float = 0.99,
         gae_lambda: float = 0.97,
+        time_limit_bootstrap: bool = True,
         clip_range: float | Schedule = 0.2,
         clip_range_vf: float | Schedule | None = None,
         normalize_advantage: bool = True,
@@ -284,6 +291,7 @@ class IPPO(BaseAlgorithm):
         self.n_epochs = n_epochs
         self.gamma = gamma
         self.gae_lambda = gae_lambda
+        self.time_limit_bootstrap = time_limit_bootstrap
         self.clip_range = clip_range
         self.clip_range_vf = clip_range_vf
         self.normalize_advantage = normalize_advantage
