@@ -16,6 +16,10 @@ reads them).
   ent_coef=0.01)}``); the adversary keeps the defaults.
 - ``ippo_shared_ppo128`` (only with ``--algos``): ``ippo_shared_ppo`` whose shared network has hidden layers of 128
   units (``policy_kwargs={"net_arch": [128, 128]}`` in the group's settings; every other network: 64x64).
+- ``ippo_shared_ppo_episodic`` (only with ``--algos``): ``ippo_shared_ppo`` with ``time_limit_bootstrap=False`` for
+  every agent: MPE's time limit (``max_cycles``) ends an episode as a termination, bootstrapping 0, as the peer's
+  SB3 + SuperSuit does (SuperSuit's SB3 wrapper does not mark truncations).
+- ``ippo_episodic`` (only with ``--algos``): IPPO's defaults with ``time_limit_bootstrap=False``.
 - ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
   process while collection goes on with the previous version). A run then uses two processes.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
@@ -56,7 +60,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-ALGOS = ("ippo", "peer", "ippo_shared", "ippo_async", "ippo_shared_ppo", "ippo_shared_ppo128")
+ALGOS = (
+    "ippo",
+    "peer",
+    "ippo_shared",
+    "ippo_async",
+    "ippo_shared_ppo",
+    "ippo_shared_ppo128",
+    "ippo_shared_ppo_episodic",
+    "ippo_episodic",
+)
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
     "peer": "SB3 PPO + SuperSuit sharing",
@@ -64,8 +77,11 @@ LABELS = {
     "ippo_async": "IPPO, async_training (learner process)",
     "ippo_shared_ppo": "IPPO, group 'agent' shares one network, SB3-style passes",
     "ippo_shared_ppo128": "IPPO, group 'agent' shares one 128x128 network, SB3-style passes",
+    "ippo_shared_ppo_episodic": "IPPO, group 'agent' shares one network, SB3-style passes, time limit as termination",
+    "ippo_episodic": "IPPO (defaults), time limit as termination",
 }
-COLORS = dict(zip(ALGOS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"), strict=True))
+PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
 SHARED_GROUPS = {"agent": True}
@@ -100,6 +116,12 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
             "ippo_async": {"async_training": True},
             "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
             "ippo_shared_ppo128": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
+            "ippo_shared_ppo_episodic": {
+                "share_parameters": SHARED_GROUPS,
+                "group_kwargs": {"agent": SHARED_PPO_SETTINGS},
+                "time_limit_bootstrap": False,
+            },
+            "ippo_episodic": {"time_limit_bootstrap": False},
         }
         model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **by_algo[algo])
         model.learn(total_timesteps=timesteps, callback=callback)
