@@ -416,6 +416,7 @@ def test_a_zip_saved_before_groups_existed_still_loads() -> None:
             np.testing.assert_array_equal(p.detach().numpy(), expected[f"{agent}/{name}"])
         np.testing.assert_array_equal(loaded.obs_normalizers[agent].obs_rms.mean, expected[f"{agent}/obs_rms_mean"])  # type: ignore[index, union-attr]
     assert dict(loaded.groups) == {"agent": ["agent_0", "agent_1", "agent_2"]}
+    assert loaded.time_limit_bootstrap  # truncated episodes bootstrap, as they did when it was saved
     loaded.learn(2 * EPISODE_LENGTH, reset_num_timesteps=False)
     assert loaded.policy_version == int(expected["policy_version"]) + 1
 

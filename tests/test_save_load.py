@@ -59,7 +59,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[IPPO, pathlib.Path]
     ``max_version_lag=0`` it is stale at the next one, so ``stale_episodes_dropped`` is not 0.
     """
     env = make_vec_env(DyingAgentsEnv, n_envs=3, seed=0)
-    model = make_model(env, normalize_obs=True, normalize_returns=True, max_version_lag=0)
+    model = make_model(env, normalize_obs=True, normalize_returns=True, max_version_lag=0, time_limit_bootstrap=False)
     model.learn(72)
     assert model.policy_version >= 2 and model.stale_episodes_dropped > 0
     path = tmp_path_factory.mktemp("saved") / "ippo.zip"
@@ -118,7 +118,8 @@ def test_load_restores_policy_version_and_counters(saved: tuple[IPPO, pathlib.Pa
 def test_load_restores_hyperparameters(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
     loaded = IPPO.load(path)
-    for name in ("n_episodes", "n_epochs", "max_version_lag", "normalize_obs", "normalize_returns", "gamma", "gae_lambda"):
+    names = ("n_episodes", "n_epochs", "max_version_lag", "normalize_obs", "normalize_returns", "gamma", "gae_lambda")
+    for name in (*names, "time_limit_bootstrap"):
         assert getattr(loaded, name) == getattr(model, name), name
     assert loaded.policy_kwargs == model.policy_kwargs
 
