@@ -238,11 +238,12 @@ def build_batch(
     truncated or cut trajectory come from the current value network; otherwise the values stored at collection
     time are used (they are stored on the return scale, de-normalized with the statistics of their time; bootstrap
     values, never stored, still come from the current network). With ``time_limit_bootstrap=False``, a truncated
-    trajectory bootstraps 0, as if terminated (:func:`drain_to_tensors`). With ``recompute_log_prob``, log pi_old(a|s) comes
-    from the current policy, so the first minibatch's ratio is exactly 1. With ``return_normalizer``, value-head
-    outputs are de-normalized before GAE; then the statistics are updated with the new returns, and the targets and
-    the old values (for ``clip_range_vf`` and the explained variance) are both normalized with the updated
-    statistics, the scale the value head is trained towards in this update and read back with at the next.
+    trajectory bootstraps 0, as if terminated (:func:`drain_to_tensors`). With ``recompute_log_prob``, log
+    pi_old(a|s) comes from the current policy, so the first minibatch's ratio is exactly 1. With
+    ``return_normalizer``, value-head outputs are de-normalized before GAE; then the statistics are updated with the
+    new returns, and the targets and the old values (for ``clip_range_vf`` and the explained variance) are both
+    normalized with the updated statistics, the scale the value head is trained towards in this update and read back
+    with at the next.
     """
     drained = drain_to_tensors(trajectories, policy.action_space, policy.device, preprocess_obs, time_limit_bootstrap)
     fresh_values = fresh_log_prob = bootstrap_values = None

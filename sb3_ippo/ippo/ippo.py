@@ -129,9 +129,10 @@ class IPPO(BaseAlgorithm):
     :param gae_lambda: GAE's bias/variance trade-off (reference: ``lam``).
     :param time_limit_bootstrap: A truncated episode (a time limit: the env's, or ``max_episode_steps``) bootstraps
         from V(s_T), the value of the observation it was cut off at, as SB3 does with ``TimeLimit.truncated``. False:
-        it bootstraps 0, as if terminated: the agent then learns the return of the episode as it is cut, which suits
-        envs whose time limit is part of the task, such as MPE's ``max_cycles`` (what MAPPO's MPE runs and
-        SuperSuit + SB3 do). A chunk cut by ``rollout_len`` always bootstraps.
+        it bootstraps 0, as if terminated, as SuperSuit + SB3 and MAPPO's defaults do: the agent learns the return of
+        the episode as the limit cuts it, the exact target where the observation shows the time left (on MPE, whose
+        observations do not, the default learned better: ``docs/algorithm.md``). A chunk cut by ``rollout_len``
+        always bootstraps.
     :param clip_range: PPO's clipping parameter; a constant or a schedule (reference: ``clip_ratio``).
     :param clip_range_vf: Clipping of the value-function change around the recomputed old values, on the
         value head's scale (normalized when ``normalize_returns``). None: no clipping.
