@@ -34,6 +34,8 @@ GROUP_HYPERPARAMETERS = (
     "normalize_advantage",
     "shuffle_minibatches",
 )
+# Those of them that may be a schedule of the remaining progress (each group's own is built in ``IPPO._setup_model``).
+SCHEDULED_HYPERPARAMETERS = ("learning_rate", "clip_range", "clip_range_vf")
 GROUP_POLICY_SETTINGS = ("policy", "policy_kwargs")
 
 

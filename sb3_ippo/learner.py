@@ -31,7 +31,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import update_learning_rate
 
 from sb3_ippo.buffer import Trajectory
-from sb3_ippo.groups import GROUP_HYPERPARAMETERS
+from sb3_ippo.groups import GROUP_HYPERPARAMETERS, SCHEDULED_HYPERPARAMETERS
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.ppo_update import KLStop, UpdateStats, build_batch, ppo_update
 from sb3_ippo.preprocessing import to_policy_observation
@@ -40,9 +40,7 @@ from sb3_ippo.vec_env import AgentID, ObsArray
 
 # The hyperparameters a group may set for itself (IPPO's ``group_kwargs``) that the update reads as they are; the
 # scheduled ones reach it as this update's values (``UpdateJob.learning_rates`` and ``clip_ranges``).
-GROUP_UPDATE_SETTINGS = tuple(
-    name for name in GROUP_HYPERPARAMETERS if name not in ("learning_rate", "clip_range", "clip_range_vf")
-)
+GROUP_UPDATE_SETTINGS = tuple(name for name in GROUP_HYPERPARAMETERS if name not in SCHEDULED_HYPERPARAMETERS)
 
 # How long ``LearnerProcess.close`` waits for the learner to stop on its own before terminating it.
 STOP_TIMEOUT = 5.0

@@ -33,7 +33,7 @@ from torch import nn
 from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
 from sb3_ippo.export import fold_observation_normalization
-from sb3_ippo.groups import AgentGroup, make_groups, same_spaces
+from sb3_ippo.groups import SCHEDULED_HYPERPARAMETERS, AgentGroup, make_groups, same_spaces
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -480,7 +480,7 @@ class IPPO(BaseAlgorithm):
         self._group_schedules = {
             name: {
                 key: FloatSchedule(group.settings[key])
-                for key in ("learning_rate", "clip_range", "clip_range_vf")
+                for key in SCHEDULED_HYPERPARAMETERS
                 if group.settings.get(key) is not None
             }
             for name, group in self._agent_groups.items()
