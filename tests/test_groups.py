@@ -263,19 +263,19 @@ def test_an_ippo_update_is_the_same_batched_and_one_agent_at_a_time(kwargs: dict
 
 
 def test_a_groups_time_limit_bootstrap_is_the_same_batched_and_one_agent_at_a_time() -> None:
-    settings = dict(
-        n_epochs=4, batch_size=3, target_kl=None, learning_rate=0.01, group_kwargs={"agent": {"time_limit_bootstrap": False}}
-    )
+    settings = dict(n_epochs=4, batch_size=3, target_kl=None, learning_rate=0.01)
+    episodic = dict(group_kwargs={"agent": {"time_limit_bootstrap": False}})
     trajectories = seeded_trajectories(make_model(), seed=0)
     for agent_trajectories in trajectories.values():
         agent_trajectories[0].truncated = True  # a time limit, not a rollout_len cut
     models = {}
-    for name, kwargs in (("batched", dict(batched=True)), ("reference", dict(batched=False)), ("bootstrapping", {})):
-        model_settings = {**settings, **kwargs}
-        if name == "bootstrapping":
-            model_settings.pop("group_kwargs")
+    for name, kwargs in (
+        ("batched", dict(batched=True, **episodic)),
+        ("reference", dict(batched=False, **episodic)),
+        ("bootstrapping", {}),
+    ):
         th.manual_seed(0)
-        models[name] = trained_on(make_model(**model_settings), trajectories)
+        models[name] = trained_on(make_model(**settings, **kwargs), trajectories)
 
     def close(first: IPPO, second: IPPO) -> bool:
         return all(
