@@ -26,7 +26,7 @@ import common
 from stable_baselines3.common.logger import configure
 
 from sb3_ippo import IPPO
-from sb3_ippo.learner import UpdateJob
+from sb3_ippo.update.trainer import UpdateJob
 
 ENV_NAME = "simple_spread_v3"
 
@@ -55,7 +55,7 @@ def timed_update(model: IPPO, job: UpdateJob, batched: bool) -> tuple[float, lis
     fresh.set_logger(configure(None, [""]))
     fresh_job = fresh._prepare_update()
     fresh_job.trajectories = job.trajectories
-    trainer = fresh._make_trainer()
+    trainer = fresh._trainer
     start = time.perf_counter()
     stats = trainer.update(fresh_job)
     seconds = time.perf_counter() - start

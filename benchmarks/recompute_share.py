@@ -34,9 +34,11 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_ippo import ppo_update as ppo_update_module
+from sb3_ippo.update import batch as batch_module
 from sb3_ippo.buffer import Trajectory
-from sb3_ippo.ppo_update import build_batch, ppo_update
+from sb3_ippo.ippo.ippo import default_update_settings
+from sb3_ippo.update.batch import build_batch
+from sb3_ippo.update.ppo import ppo_update
 
 OBS_DIM, N_ACTIONS = 18, 5
 GAMMA, GAE_LAMBDA = 0.99, 0.97
@@ -86,13 +88,13 @@ class Stopwatch:
 @contextmanager
 def timing_recomputation(policy: ActorCriticPolicy, stopwatch: Stopwatch) -> Iterator[None]:
     """Time build_batch's recomputation: ``recompute`` (V and log pi of the batch) and the bootstrap V(s_T)."""
-    recompute = ppo_update_module.recompute
-    ppo_update_module.recompute = stopwatch.wrap(recompute)  # type: ignore[assignment]
+    recompute = batch_module.recompute
+    batch_module.recompute = stopwatch.wrap(recompute)  # type: ignore[assignment]
     policy.predict_values = stopwatch.wrap(policy.predict_values)  # type: ignore[method-assign]
     try:
         yield
     finally:
-        ppo_update_module.recompute = recompute
+        batch_module.recompute = recompute
         del policy.predict_values
 
 
@@ -101,9 +103,9 @@ def timed_update(policy: ActorCriticPolicy, trajectories: list[Trajectory], n_ep
     stopwatch = Stopwatch()
     start = time.perf_counter()
     with timing_recomputation(policy, stopwatch):
-        batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
+        batch = build_batch(policy, trajectories, default_update_settings(gamma=GAMMA, gae_lambda=GAE_LAMBDA))
     built = time.perf_counter()
-    stats = ppo_update(policy, batch, n_epochs=n_epochs, target_kl=target_kl)
+    stats = ppo_update(policy, batch, default_update_settings(n_epochs=n_epochs, target_kl=target_kl))
     end = time.perf_counter()
     return {
         "recompute": stopwatch.seconds,

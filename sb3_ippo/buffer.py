@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sb3_ippo.vec_env import ObsArray
+from sb3_ippo.types import ObsArray
 
 VersionStamp = Literal["episode_end", "first_step"]
 VERSION_STAMPS: tuple[VersionStamp, ...] = ("episode_end", "first_step")

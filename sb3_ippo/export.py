@@ -1,4 +1,5 @@
-"""Exporting one agent as a plain SB3 ``PPO``: the frozen observation normalization folded into the first layers.
+"""Exporting one agent as a plain SB3 ``PPO`` (:func:`export_agent`): the frozen observation normalization folded into
+the first layers.
 
 A plain PPO zip has no place for IPPO's observation statistics, and a normalizing module of this package inside it
 would make ``PPO.load`` import ``sb3_ippo``. Instead, normalization ``(x - mean) / std`` is affine, and the policy
@@ -13,16 +14,27 @@ seen in training) give the same actions, up to float rounding; farther ones do n
 
 from __future__ import annotations
 
+import io
+import pathlib
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
 from torch import nn
 
+from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, unmasked_normalizer
 from sb3_ippo.normalization import ObservationNormalizer
+from sb3_ippo.types import AgentID
+
+if TYPE_CHECKING:
+    from sb3_ippo.ippo.ippo import IPPO
 
 
 def _feature_affine(
@@ -104,3 +116,44 @@ def fold_observation_normalization(policy: ActorCriticPolicy, normalizer: Observ
         folded_bias = layer.bias.detach().double().cpu() - weight @ (scale_t * shift_t)
         layer.weight.copy_((weight * scale_t).to(layer.weight.dtype))
         layer.bias.copy_(folded_bias.to(layer.bias.dtype))
+
+
+def export_agent(model: IPPO, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
+    """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent),
+    with its group's update settings as the PPO's hyperparameters and the observation normalization folded in."""
+    if agent_id not in model._policy_keys:
+        raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
+    policy = model.policies[agent_id]
+    group = model._agent_groups[model._group_of[agent_id]]
+    settings = model._update_settings[group.name]  # the agent's group's own, where it sets them
+    masked = isinstance(policy, MaskedInputMixin)
+    ppo = (MaskablePPO if masked else PPO)(
+        base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
+        env=None,  # type: ignore[arg-type]
+        learning_rate=settings.learning_rate,
+        n_steps=max(model.n_steps or 2048, 2),
+        batch_size=settings.batch_size or 64,
+        n_epochs=settings.n_epochs,
+        gamma=settings.gamma,
+        gae_lambda=settings.gae_lambda,
+        clip_range=settings.clip_range,
+        clip_range_vf=settings.clip_range_vf,
+        ent_coef=settings.ent_coef,
+        vf_coef=settings.vf_coef,
+        max_grad_norm=settings.max_grad_norm if settings.max_grad_norm is not None else float("inf"),
+        target_kl=settings.target_kl,
+        policy_kwargs=group.settings.get("policy_kwargs", model.policy_kwargs),
+        device=model.device,
+        _init_setup_model=False,
+    )
+    ppo.observation_space = policy.observation_space
+    ppo.action_space = model.action_spaces[agent_id]
+    ppo.n_envs = 1
+    ppo.num_timesteps = model.num_timesteps
+    ppo._setup_model()
+    ppo.policy.load_state_dict(policy.state_dict())
+    ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
+    if model.obs_normalizers is not None:
+        normalizer = model.obs_normalizers[agent_id]
+        fold_observation_normalization(ppo.policy, unmasked_normalizer(normalizer) if masked else normalizer)  # type: ignore[arg-type]
+    ppo.save(path)

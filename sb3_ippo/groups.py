@@ -3,7 +3,7 @@
 Agents whose observation space, action space and policy settings are identical form a group, named by their common
 id prefix (``adversary_0`` -> ``adversary``); or the user names the groups. A group's members keep their own
 weights, optimizer, buffer and normalizers (independent PPO), and are evaluated and trained as one batch
-(:mod:`sb3_ippo.stacked`); with ``share_parameters`` they use one policy trained on all their trajectories.
+(:mod:`sb3_ippo.update.stacked`); with ``share_parameters`` they use one policy trained on all their trajectories.
 """
 
 from __future__ import annotations
@@ -15,27 +15,10 @@ from typing import Any
 
 from gymnasium import spaces
 
-from sb3_ippo.vec_env import AgentID
+from sb3_ippo.types import AgentID
+from sb3_ippo.update.settings import UPDATE_SETTINGS
 
-# The settings ``group_kwargs`` may give a group: every per-update hyperparameter, and its policy.
-GROUP_HYPERPARAMETERS = (
-    "learning_rate",
-    "n_epochs",
-    "batch_size",
-    "clip_range",
-    "clip_range_vf",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "target_kl",
-    "gamma",
-    "gae_lambda",
-    "time_limit_bootstrap",
-    "normalize_advantage",
-    "shuffle_minibatches",
-)
-# Those of them that may be a schedule of the remaining progress (each group's own is built in ``IPPO._setup_model``).
-SCHEDULED_HYPERPARAMETERS = ("learning_rate", "clip_range", "clip_range_vf")
+# The settings ``group_kwargs`` may give a group: every update setting (``UpdateSettings``' fields), and its policy.
 GROUP_POLICY_SETTINGS = ("policy", "policy_kwargs")
 
 
@@ -103,7 +86,7 @@ def make_groups(
 
     :param groups: ``{name: [agent ids]}``; agents it leaves out are grouped automatically. None: all automatic.
     :param share_parameters: For every group, or ``{group name: bool}`` (unnamed groups: False).
-    :param group_kwargs: ``{group name: {setting: value}}``, settings from :data:`GROUP_HYPERPARAMETERS` and
+    :param group_kwargs: ``{group name: {setting: value}}``, settings from ``UPDATE_SETTINGS`` and
         :data:`GROUP_POLICY_SETTINGS`.
     :raises ValueError: for an unknown or repeated agent, an unknown group name or setting, or a group that shares
         parameters across different spaces.
@@ -127,7 +110,7 @@ def make_groups(
         raise ValueError(f"share_parameters must be a bool or a dict {{group name: bool}}, got {share_parameters!r}")
     group_kwargs = group_kwargs or {}
     _check_names("group_kwargs", group_kwargs, members)
-    allowed = GROUP_HYPERPARAMETERS + GROUP_POLICY_SETTINGS
+    allowed = UPDATE_SETTINGS + GROUP_POLICY_SETTINGS
     for name, settings in group_kwargs.items():
         unknown = [key for key in settings if key not in allowed]
         if unknown:

@@ -6,129 +6,67 @@ wrong sign fails at construction (or at ``learn``, after attributes were changed
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from sb3_ippo.buffer import VERSION_STAMPS
-from sb3_ippo.ppo_update import KL_STOPS
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-
-
-def _positive_int(value: Any) -> bool:
-    return _is_int(value) and value >= 1
-
-
-def _non_negative_int(value: Any) -> bool:
-    return _is_int(value) and value >= 0
-
-
-def _positive_number(value: Any) -> bool:
-    return _is_number(value) and value > 0
-
-
-def _finite_positive_number(value: Any) -> bool:
-    return _positive_number(value) and math.isfinite(value)
-
-
-def _finite_non_negative_number(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value) and value >= 0
-
-
-def _unit_interval(value: Any) -> bool:
-    return _is_number(value) and 0.0 <= value <= 1.0
-
-
-def _schedule_or(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    # A schedule is a function of the remaining progress (1 -> 0): what it returns is SB3's business, as in PPO.
-    return lambda value: (callable(value) and not isinstance(value, type)) or check(value)
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda value: value is None or check(value)
-
-
-def _bool(value: Any) -> bool:
-    return isinstance(value, (bool, np.bool_))
-
-
-POSITIVE_INT = "a positive integer"
-SCHEDULE = " or a schedule (a function of the remaining progress, from 1 to 0)"
+from sb3_ippo.update.settings import (
+    POSITIVE_INT,
+    TRUE_OR_FALSE,
+    UPDATE_SETTING_RULES,
+    Check,
+    is_bool,
+    is_int,
+    non_negative_int,
+    optional,
+    positive_int,
+)
 
 # name -> (check, what is expected)
-RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "learning_rate": (_schedule_or(_finite_positive_number), "a positive number" + SCHEDULE),
-    "n_steps": (_optional(_positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
-    "n_episodes": (_optional(_positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps"),
-    "batch_size": (_optional(_positive_int), POSITIVE_INT + " (transitions per minibatch) or None (the whole batch)"),
-    "n_epochs": (_positive_int, POSITIVE_INT + " (passes over each batch)"),
-    "gamma": (_unit_interval, "a number in [0, 1]"),
-    "gae_lambda": (_unit_interval, "a number in [0, 1]"),
-    "time_limit_bootstrap": (_bool, "True (a truncated episode bootstraps V(s_T)) or False (it bootstraps 0)"),
-    "clip_range": (_schedule_or(_finite_positive_number), "a positive number" + SCHEDULE),
-    "clip_range_vf": (
-        _optional(_schedule_or(_finite_positive_number)),
-        "None (no value clipping), a positive number" + SCHEDULE,
-    ),
-    "normalize_advantage": (_bool, "True or False"),
-    "ent_coef": (_finite_non_negative_number, "a number >= 0"),
-    "vf_coef": (_finite_non_negative_number, "a number >= 0"),
-    "max_grad_norm": (_optional(_positive_number), "a positive number or None (no gradient clipping)"),
-    "target_kl": (_optional(_positive_number), "a positive number or None (no KL early stop)"),
-    "max_version_lag": (_non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
-    "recompute_values": (_bool, "True or False"),
-    "recompute_log_prob": (_bool, "True or False"),
-    "shuffle_minibatches": (_bool, "True or False"),
-    "normalize_obs": (_bool, "True or False"),
-    "normalize_returns": (_bool, "True or False"),
-    "rollout_len": (_optional(_positive_int), POSITIVE_INT + " (steps per chunk) or None (whole episodes)"),
-    "max_episode_steps": (_optional(_positive_int), POSITIVE_INT + " or None (the env decides)"),
-    "max_buffered_episodes": (_optional(_positive_int), POSITIVE_INT + " or None (unbounded)"),
-    "kl_stop": (lambda value: value in KL_STOPS, '"after_step" (the reference) or "before_step" (SB3)'),
+RULES: dict[str, tuple[Check, str]] = {
+    **UPDATE_SETTING_RULES,
+    "n_steps": (optional(positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
+    "n_episodes": (optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps"),
+    "max_version_lag": (non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
+    "normalize_obs": (is_bool, TRUE_OR_FALSE),
+    "normalize_returns": (is_bool, TRUE_OR_FALSE),
+    "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps per chunk) or None (whole episodes)"),
+    "max_episode_steps": (optional(positive_int), POSITIVE_INT + " or None (the env decides)"),
+    "max_buffered_episodes": (optional(positive_int), POSITIVE_INT + " or None (unbounded)"),
     "version_stamp": (lambda value: value in VERSION_STAMPS, '"episode_end" (the reference) or "first_step"'),
     "groups": (
-        _optional(lambda value: isinstance(value, Mapping) and all(isinstance(ids, (list, tuple)) for ids in value.values())),
+        optional(lambda value: isinstance(value, Mapping) and all(isinstance(ids, (list, tuple)) for ids in value.values())),
         "a dict {group name: [agent ids]} or None (grouped by id prefix and spaces)",
     ),
     "share_parameters": (
-        lambda value: _bool(value) or (isinstance(value, Mapping) and all(_bool(v) for v in value.values())),
+        lambda value: is_bool(value) or (isinstance(value, Mapping) and all(is_bool(v) for v in value.values())),
         "True, False or a dict {group name: bool}",
     ),
     "group_kwargs": (
-        _optional(lambda value: isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values())),
+        optional(lambda value: isinstance(value, Mapping) and all(isinstance(v, Mapping) for v in value.values())),
         "a dict {group name: {setting: value}} or None",
     ),
-    "batched": (_bool, "True or False"),
+    "batched": (is_bool, TRUE_OR_FALSE),
     "opponents": (
-        _optional(lambda value: isinstance(value, Mapping)),
+        optional(lambda value: isinstance(value, Mapping)),
         "a dict {seat: opponent} such as {'player_2': 'random'} (an opponent: 'random', a model, a function), or None",
     ),
     "self_play_pool": (
-        _optional(
+        optional(
             lambda value: isinstance(value, Mapping)
             and set(value) == {"snapshot_every", "size"}
-            and all(_positive_int(v) for v in value.values())
+            and all(positive_int(v) for v in value.values())
         ),
         "dict(snapshot_every=K, size=M) with positive integers K (updates between snapshots) and M (snapshots kept), "
         "or None",
     ),
-    "async_training": (_bool, "True or False"),
-    "stats_window_size": (_positive_int, POSITIVE_INT + " (episodes averaged in rollout/ep_rew_mean)"),
-    "policy_kwargs": (_optional(lambda value: isinstance(value, Mapping)), 'a dict such as dict(net_arch=[64, 64]), or None'),
-    "verbose": (_non_negative_int, "0 (no output), 1 (training information) or 2 (also per-agent keys on stdout)"),
-    "seed": (_optional(_is_int), "an integer or None"),
-    "tensorboard_log": (_optional(lambda value: isinstance(value, (str, os.PathLike))), "a folder path or None"),
+    "async_training": (is_bool, TRUE_OR_FALSE),
+    "stats_window_size": (positive_int, POSITIVE_INT + " (episodes averaged in rollout/ep_rew_mean)"),
+    "policy_kwargs": (optional(lambda value: isinstance(value, Mapping)), 'a dict such as dict(net_arch=[64, 64]), or None'),
+    "verbose": (non_negative_int, "0 (no output), 1 (training information) or 2 (also per-agent keys on stdout)"),
+    "seed": (optional(is_int), "an integer or None"),
+    "tensorboard_log": (optional(lambda value: isinstance(value, (str, os.PathLike))), "a folder path or None"),
 }
 
 

@@ -8,7 +8,7 @@ from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
 from sb3_ippo.masking import MASK_KEY
-from sb3_ippo.vec_env import ObsArray
+from sb3_ippo.types import ObsArray
 
 
 def _normalizable(space: spaces.Space) -> bool:

@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from sb3_ippo.masking import MASK_KEY, split_mask
 from sb3_ippo.preprocessing import to_env_action
-from sb3_ippo.vec_env import AgentID, ObsArray
+from sb3_ippo.types import AgentID, ObsArray
 
 RANDOM = "random"
 

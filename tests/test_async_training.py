@@ -25,8 +25,9 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.learner import UpdateJob
+from sb3_ippo.update.trainer import UpdateJob
 from tests.envs import DyingAgentsEnv
+from tests.helpers import stacked_groups
 from tests.learner_faults import FailsInLearnerPolicy
 from tests.test_run import EPISODE_LENGTH, RecordingOutput, assert_same_parameters, make_model, parameters, record_logs
 
@@ -134,7 +135,7 @@ def test_collection_goes_on_with_unchanged_policies_while_the_update_runs(async_
 
 def test_one_learner_process_serves_every_update_and_is_gone_after_learn(async_run: AsyncRun) -> None:
     assert len(async_run.watcher.learner_pids) == 1
-    assert async_run.model._stacked  # the agents form one stacked group: the batched update runs in the learner
+    assert stacked_groups(async_run.model)  # the agents form one stacked group: the batched update runs in the learner
     assert async_run.watcher.learner_processes[0].exitcode == 0  # it ended when asked, not terminated
     assert_no_learner_left(async_run.model, async_run.watcher.learner_pids.pop())
 
@@ -143,11 +144,11 @@ def test_a_result_installs_the_trained_weights_and_adam_states_exactly() -> None
     # What the learner sends back, through pickle, makes another copy of the model the trained one.
     trained, copy = make_model(), make_model()
     trained.learn(STEPS_PER_UPDATE)  # Adam has state to send
-    trainer = trained._make_trainer()
+    trainer = trained._trainer
     stats = {agent: trained.update_stats[agent] for agent in trained.possible_agents}
     result = pickle.loads(pickle.dumps(trainer.result(stats)))
     assert all(isinstance(value, np.ndarray) for state in result.policy_states.values() for value in state.values())
-    result.install(copy.policies)
+    result.install(copy.policies, copy.return_normalizers)
     assert_same_parameters(parameters(copy), parameters(trained))
     for agent in trained.possible_agents:
         mine, theirs = copy.policies[agent].optimizer.state_dict(), trained.policies[agent].optimizer.state_dict()

@@ -11,9 +11,9 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
-from sb3_ippo.ppo_update import build_batch
+from sb3_ippo.update.batch import build_batch
+from tests.helpers import GAE_LAMBDA, GAMMA, settings
 
-GAMMA, GAE_LAMBDA = 0.99, 0.95
 
 
 def observation(env_idx: int, t: int) -> np.ndarray:
@@ -194,7 +194,7 @@ def test_terminated_bootstraps_zero_and_truncated_bootstraps_the_value_of_the_fi
     Feeder(buffer).episode(4, terminated=terminated)
     (trajectory,) = buffer.finished
 
-    batch = build_batch(policy, [trajectory], GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, [trajectory], settings())
 
     bootstrap = 0.0 if terminated else value_of(policy, observation(0, 99))
     last_reward, last_value = trajectory.rewards[-1], value_of(policy, trajectory.observations[-1])
@@ -235,8 +235,8 @@ def test_cut_chunks_bootstrap_like_the_uncut_episode_under_one_step_td() -> None
     Feeder(chunked).episode(8, terminated=False)
     Feeder(whole).episode(8, terminated=False)
 
-    from_chunks = build_batch(policy, list(chunked.finished), GAMMA, gae_lambda=0.0)
-    from_whole = build_batch(policy, list(whole.finished), GAMMA, gae_lambda=0.0)
+    from_chunks = build_batch(policy, list(chunked.finished), settings(gamma=GAMMA, gae_lambda=0.0))
+    from_whole = build_batch(policy, list(whole.finished), settings(gamma=GAMMA, gae_lambda=0.0))
 
     np.testing.assert_allclose(from_chunks.advantages.numpy(), from_whole.advantages.numpy(), rtol=1e-6, atol=1e-6)
 
@@ -247,7 +247,7 @@ def test_a_cut_chunk_advantage_bootstraps_the_value_of_the_next_observation() ->
     Feeder(buffer).episode(8)
     first = buffer.finished[0]
 
-    batch = build_batch(policy, [first], GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, [first], settings())
 
     values = [value_of(policy, obs) for obs in first.observations] + [value_of(policy, observation(0, 3))]
     deltas = [first.rewards[t] + GAMMA * values[t + 1] - values[t] for t in range(3)]

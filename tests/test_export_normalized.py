@@ -14,6 +14,7 @@ import pytest
 from stable_baselines3 import PPO
 
 from sb3_ippo import IPPO
+from sb3_ippo.update.runners import policy_input
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.test_save_load import observation_batch
 
@@ -60,7 +61,8 @@ def test_exported_continuous_actions_match_up_to_float_rounding(tmp_path: pathli
     model.export_agent("box", tmp_path / "agent.zip")
     observations = observation_batch(model, n=64)["box"]
     # Actions before clipping to the action space, so that a difference is not hidden by the clip.
-    expected = model.policies["box"].predict(model._policy_input("box", observations), deterministic=True)[0]
+    normalized = policy_input(observations, model.observation_spaces["box"], model.obs_normalizers["box"])
+    expected = model.policies["box"].predict(normalized, deterministic=True)[0]
     actions, _ = PPO.load(tmp_path / "agent.zip").policy.predict(observations, deterministic=True)
     np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-6)
 
@@ -81,7 +83,7 @@ def test_dict_observations_fold_their_normalized_entries(tmp_path: pathlib.Path)
 def test_without_folding_the_actions_would_differ(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The equality tests above can fail: the same model exported without the fold acts otherwise.
     model = trained(DyingAgentsEnv(), policy_kwargs=dict(net_arch=[16]))
-    monkeypatch.setattr("sb3_ippo.ippo.ippo.fold_observation_normalization", lambda policy, normalizer: None)
+    monkeypatch.setattr("sb3_ippo.export.fold_observation_normalization", lambda policy, normalizer: None)
     model.export_agent("agent_1", tmp_path / "agent.zip")
     observations = observation_batch(model, n=256)["agent_1"]
     expected, _ = model.predict({"agent_1": observations}, deterministic=True)

@@ -22,9 +22,11 @@ from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.games import SeatRecord, outcome
 from sb3_ippo.masking import MaskedInputMixin
-from sb3_ippo.ppo_update import build_batch
+from sb3_ippo.ippo.ippo import default_update_settings
+from sb3_ippo.update.batch import build_batch
 from sb3_ippo.self_play import RandomOpponent
 from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv
+from tests.helpers import stacked_groups
 
 # Most tests collect a few moves on purpose, without an update; the old-API deprecation is PettingZoo's (module imports).
 pytestmark = [
@@ -275,7 +277,7 @@ def test_the_fresh_log_prob_recomputation_is_masked() -> None:
     policy = biased_policy(model, P1, action=4)
     model.learn(60)
     trajectories = finished(model, P1)
-    batch = build_batch(policy, trajectories, gamma=0.99, gae_lambda=0.95, preprocess_obs=lambda obs: obs)
+    batch = build_batch(policy, trajectories, default_update_settings(), preprocess_obs=lambda obs: obs)
     stored = np.concatenate([t.log_probs for t in trajectories])
     np.testing.assert_allclose(batch.old_log_prob.numpy(), stored, atol=1e-5)
     unmasked, _ = _unmasked_log_prob(policy, trajectories)
@@ -311,7 +313,7 @@ def test_masked_groups_train_one_agent_at_a_time_without_a_warning() -> None:
         warnings.simplefilter("always")
         model = IPPO("MlpPolicy", tictactoe(), batched=True, **TINY)
     assert not [warning for warning in caught if "one agent at a time" in str(warning.message)]
-    assert model.groups == {"player": [P1, P2]} and model._stacked == {}
+    assert model.groups == {"player": [P1, P2]} and not stacked_groups(model)
 
 
 def test_a_plain_actor_critic_policy_class_cannot_take_masks() -> None:

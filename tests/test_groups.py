@@ -14,18 +14,21 @@ from mpe2 import simple_adversary_v3
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.policies import ActorCriticPolicy, ActorCriticCnnPolicy, MultiInputActorCriticPolicy
 
-import sb3_ippo.learner as learner_module
+import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.normalization import ReturnNormalizer
-from sb3_ippo.ppo_update import build_batch, ppo_update
+from sb3_ippo.update.batch import build_batch
+from sb3_ippo.update.ppo import ppo_update
 from sb3_ippo.preprocessing import policy_observation_space
-from sb3_ippo.stacked import StackedPolicies, stacked_build_batch, stacked_ppo_update
+from sb3_ippo.update.stacked import StackedPolicies
+from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
+from sb3_ippo.update.settings import UpdateSettings
+from tests.helpers import settings, stacked_groups
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.test_ppo_update import sampled_trajectories
 from tests.test_run import EPISODE_LENGTH, assert_same_parameters, parameters
 
-GAMMA, GAE_LAMBDA = 0.99, 0.95
 OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACTION_SPACES = {
     "discrete": spaces.Discrete(3),
@@ -89,11 +92,11 @@ def run_both_paths(
     reference_stats = []
     for i, (policy, member) in enumerate(zip(reference, trajectories, strict=True)):
         normalizer = None if reference_normalizers is None else reference_normalizers[i]
-        batch = build_batch(policy, member, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
-        reference_stats.append(ppo_update(policy, batch, generator=generators()[i], **update_kwargs))
+        batch = build_batch(policy, member, settings(), return_normalizer=normalizer)
+        reference_stats.append(ppo_update(policy, batch, settings(**update_kwargs), generator=generators()[i]))
     stacked = StackedPolicies(policies)
-    batch = stacked_build_batch(stacked, trajectories, GAMMA, GAE_LAMBDA, return_normalizers=normalizers)
-    stats = stacked_ppo_update(stacked, batch, generators=generators(), **update_kwargs)
+    batch = stacked_build_batch(stacked, trajectories, settings(), return_normalizers=normalizers)
+    stats = stacked_ppo_update(stacked, batch, settings(**update_kwargs), generators=generators())
     return policies, reference, stats, reference_stats
 
 
@@ -164,25 +167,25 @@ def test_acting_with_stacked_networks_equals_each_policy(kind: str) -> None:
     obs = th.as_tensor(np.stack([np.random.default_rng(i).uniform(-1, 1, (5, 4)).astype(np.float32) for i in range(3)]))
 
     with th.no_grad():
-        actions, values, log_probs = stacked.forward(stacked.current_parameters(), obs, deterministic=True)
-        for index, policy in enumerate(policies):
+        outputs = stacked.act(stacked.gather(), obs, range(3), deterministic=True)
+        for index, ((actions, values, log_probs), policy) in enumerate(zip(outputs, policies, strict=True)):
             expected_actions, expected_values, expected_log_probs = policy(obs[index], deterministic=True)
             if kind == "box":  # continuous: the same means, up to float rounding
-                assert th.allclose(actions[index], expected_actions, atol=1e-6)
+                assert th.allclose(actions, expected_actions, atol=1e-6)
             else:
-                assert th.equal(actions[index], expected_actions)
-            assert th.allclose(values[index], expected_values.flatten(), atol=1e-6)
-            assert th.allclose(log_probs[index], expected_log_probs, atol=1e-5)
+                assert th.equal(actions, expected_actions)
+            assert th.allclose(values, expected_values.flatten(), atol=1e-6)
+            assert th.allclose(log_probs, expected_log_probs, atol=1e-5)
 
 
 def test_acting_follows_parameter_changes() -> None:
     policies = make_policies(2, ACTION_SPACES["discrete"])
     stacked = StackedPolicies(policies)
-    before = stacked.current_parameters()["value_net.bias"].clone()
+    before = stacked.gather()["value_net.bias"].clone()
     with th.no_grad():
         policies[1].value_net.bias += 1.0
 
-    assert th.equal(stacked.current_parameters()["value_net.bias"], before + th.tensor([[0.0], [1.0]]))
+    assert th.equal(stacked.gather()["value_net.bias"], before + th.tensor([[0.0], [1.0]]))
 
 
 # --- IPPO with groups ------------------------------------------------------------------------------------------------
@@ -248,7 +251,7 @@ def trained_on(model: IPPO, trajectories: dict[str, list[Trajectory]]) -> IPPO:
 def test_an_ippo_update_is_the_same_batched_and_one_agent_at_a_time(kwargs: dict[str, Any]) -> None:
     settings = dict(n_epochs=8, batch_size=3, target_kl=0.01, learning_rate=0.01, **kwargs)
     batched, reference = make_model(batched=True, **settings), make_model(batched=False, **settings)
-    assert "agent" in batched._stacked and not reference._stacked
+    assert stacked_groups(batched) == {"agent"} and not stacked_groups(reference)
     assert_same_parameters(parameters(batched), parameters(reference))
     trajectories = seeded_trajectories(batched, seed=0)
     th.manual_seed(0)
@@ -284,7 +287,7 @@ def test_a_groups_time_limit_bootstrap_is_the_same_batched_and_one_agent_at_a_ti
             for name, p in first.policies[agent].named_parameters()
         )
 
-    assert "agent" in models["batched"]._stacked and not models["reference"]._stacked
+    assert "agent" in stacked_groups(models["batched"]) and not stacked_groups(models["reference"])
     assert close(models["batched"], models["reference"])
     assert not close(models["bootstrapping"], models["reference"])  # the setting changes the update
 
@@ -300,7 +303,7 @@ def test_a_group_that_cannot_be_stacked_falls_back_to_the_reference_path_with_a_
     sgd = dict(net_arch=[16], optimizer_class=th.optim.SGD)
     with pytest.warns(UserWarning, match="'agent' is trained one agent at a time.*torch.optim.Adam"):
         model = make_model(group_kwargs={"agent": dict(policy_kwargs=sgd)})
-    assert not model._stacked
+    assert not stacked_groups(model)
     model.learn(2 * EPISODE_LENGTH)
     assert model.policy_version == 1
 
@@ -311,13 +314,13 @@ def test_shared_parameters_train_one_network_on_all_members_data(monkeypatch: py
     assert policies["agent_0"] is policies["agent_1"] is policies["agent_2"]
     assert model.obs_normalizers["agent_0"] is model.obs_normalizers["agent_2"]  # type: ignore[index]
     batches: list[int] = []
-    build = learner_module.build_batch
+    build = runners_module.build_batch
 
     def spy(policy: ActorCriticPolicy, trajectories: list[Trajectory], *args: Any, **kwargs: Any) -> Any:
         batches.append(len(trajectories))
         return build(policy, trajectories, *args, **kwargs)
 
-    monkeypatch.setattr(learner_module, "build_batch", spy)
+    monkeypatch.setattr(runners_module, "build_batch", spy)
     before = {name: p.detach().clone() for name, p in policies["agent_0"].named_parameters()}
     model.learn(2 * EPISODE_LENGTH)
 
@@ -369,13 +372,13 @@ def test_group_kwargs_set_a_groups_hyperparameters_and_policy() -> None:
 def test_group_kwargs_set_minibatch_shuffling_and_advantage_normalization(monkeypatch: pytest.MonkeyPatch) -> None:
     env = simple_adversary_v3.parallel_env(N=2, max_cycles=5)
     seen: dict[int, tuple[bool, bool]] = {}
-    update = learner_module.ppo_update
+    update = runners_module.ppo_update
 
-    def spy(policy: ActorCriticPolicy, batch: Any, **kwargs: Any) -> Any:
-        seen[id(policy)] = (kwargs["shuffle_minibatches"], kwargs["normalize_advantage"])
-        return update(policy, batch, **kwargs)
+    def spy(policy: ActorCriticPolicy, batch: Any, settings: UpdateSettings, *args: Any) -> Any:
+        seen[id(policy)] = (settings.shuffle_minibatches, settings.normalize_advantage)
+        return update(policy, batch, settings, *args)
 
-    monkeypatch.setattr(learner_module, "ppo_update", spy)
+    monkeypatch.setattr(runners_module, "ppo_update", spy)
     settings = dict(shuffle_minibatches=True, normalize_advantage=False)
     model = make_model(env, batched=False, batch_size=3, group_kwargs={"adversary": settings})
     model.learn(2 * 5)
@@ -433,7 +436,7 @@ def test_shared_and_stacked_groups_round_trip_through_every_format(tmp_path: Any
 
     assert dict(loaded.groups) == dict(model.groups)
     assert loaded.policies["agent_0"] is loaded.policies["agent_1"]
-    assert loaded._stacked.keys() == model._stacked.keys()
+    assert stacked_groups(loaded) == stacked_groups(model)
     assert_same_parameters(parameters(loaded), parameters(model))
     assert loaded.policies["agent_0"].optimizer.param_groups[0]["lr"] == 1e-3
     loaded.learn(2 * 5, reset_num_timesteps=False)

@@ -20,10 +20,11 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 
 from sb3_ippo.buffer import Trajectory, stack_obs
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.ppo_update import build_batch, compute_gae, ppo_update
+from sb3_ippo.update.batch import build_batch, compute_gae
+from sb3_ippo.update.ppo import ppo_update
+from tests.helpers import GAE_LAMBDA, GAMMA, settings
 
 OBS_SPACE = spaces.Box(-1.0, 1.0, (4,), np.float32)
-GAMMA, GAE_LAMBDA = 0.99, 0.95
 
 
 def make_policy(
@@ -184,7 +185,7 @@ def test_build_batch_gae_equals_sb3_for_trajectories_of_different_lengths() -> N
     trajectories = make_trajectories([(7, True), (3, False), (1, True), (12, False), (5, True)])
     observations = np.concatenate([t.observations for t in trajectories])
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, trajectories, settings())
 
     values = network_values(policy, observations)
     expected_advantages, expected_returns = sb3_gae(
@@ -202,7 +203,7 @@ def test_without_time_limit_bootstrap_a_truncated_trajectory_bootstraps_0_and_a_
     bootstrap_values = fresh_bootstrap_values(policy, trajectories)
 
     for time_limit_bootstrap, bootstraps in ((True, [True, False, True, True]), (False, [False, False, False, True])):
-        batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, time_limit_bootstrap=time_limit_bootstrap)
+        batch = build_batch(policy, trajectories, settings(time_limit_bootstrap=time_limit_bootstrap))
 
         rewards, _, lengths, _, _ = gae_inputs(trajectories, values, bootstrap_values)
         expected_bootstrap = [v if b else 0.0 for v, b in zip(bootstrap_values, bootstraps, strict=True)]
@@ -221,7 +222,7 @@ def test_advantages_come_from_the_current_value_network_not_the_stored_values() 
     trajectories = make_trajectories([(6, False), (4, True)], stored_value=1000.0)
     observations = np.concatenate([t.observations for t in trajectories])
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, recompute_values=True)
+    batch = build_batch(policy, trajectories, settings(recompute_values=True))
 
     values = network_values(policy, observations)
     expected_advantages, _ = sb3_gae(*gae_inputs(trajectories, values, fresh_bootstrap_values(policy, trajectories)))
@@ -232,11 +233,11 @@ def test_advantages_come_from_the_current_value_network_not_the_stored_values() 
 def test_advantages_follow_the_value_network_as_it_changes() -> None:
     policy = make_policy()
     trajectories = make_trajectories([(6, True)])
-    before = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA).advantages
+    before = build_batch(policy, trajectories, settings()).advantages
     with th.no_grad():
         policy.value_net.bias += 1.0
 
-    after = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA).advantages
+    after = build_batch(policy, trajectories, settings()).advantages
 
     # V + 1 everywhere except the terminal bootstrap (0): each TD error drops by 1 - gamma, the last one by 1.
     lengths, decay = 6, GAMMA * GAE_LAMBDA
@@ -249,7 +250,7 @@ def test_stored_values_are_used_when_recompute_values_is_off() -> None:
     policy = make_policy()
     trajectories = make_trajectories([(6, False), (4, True)], stored_value=1000.0)
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, recompute_values=False)
+    batch = build_batch(policy, trajectories, settings(recompute_values=False))
 
     stored = np.concatenate([t.values for t in trajectories])
     # Bootstrap values are never stored: they still come from the network.
@@ -266,7 +267,7 @@ def test_recomputed_log_prob_makes_the_first_minibatch_ratio_exactly_one(batch_s
     policy = make_policy()
     trajectories = make_trajectories([(6, False), (5, True)], stored_log_prob=-50.0)
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, recompute_log_prob=True)
+    batch = build_batch(policy, trajectories, settings(recompute_log_prob=True))
 
     first = batch.select(slice(0, batch_size or len(batch)))
     policy.set_training_mode(True)
@@ -289,9 +290,9 @@ def adam_steps(policy: ActorCriticPolicy) -> int:
 @pytest.mark.parametrize(("kl_stop", "expected_steps"), [("after_step", 2), ("before_step", 1)])
 def test_recomputed_log_prob_lets_the_first_step_through_a_tiny_target_kl(kl_stop: str, expected_steps: int) -> None:
     policy = make_policy(learning_rate=1e-2)
-    batch = build_batch(policy, make_trajectories([(8, False), (8, True)], stored_log_prob=-50.0), GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, make_trajectories([(8, False), (8, True)], stored_log_prob=-50.0), settings())
 
-    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9, kl_stop=kl_stop)  # type: ignore[arg-type]
+    stats = ppo_update(policy, batch, settings(n_epochs=10, target_kl=1e-09, kl_stop=kl_stop))  # type: ignore[arg-type]
 
     # The first pass sees KL 0 and steps. The second sees the changed policy: the reference takes that step and
     # then stops (StopIter 2); SB3 stops before it.
@@ -303,10 +304,10 @@ def test_recomputed_log_prob_lets_the_first_step_through_a_tiny_target_kl(kl_sto
 def test_stored_log_prob_is_used_when_recompute_log_prob_is_off(kl_stop: str, expected_steps: int) -> None:
     policy = make_policy(learning_rate=1e-2)
     trajectories = make_trajectories([(8, False), (8, True)], stored_log_prob=-50.0)
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, recompute_log_prob=False)
+    batch = build_batch(policy, trajectories, settings(recompute_log_prob=False))
     initial = [p.detach().clone() for p in policy.parameters()]
 
-    stats = ppo_update(policy, batch, n_epochs=10, target_kl=1e-9, kl_stop=kl_stop)  # type: ignore[arg-type]
+    stats = ppo_update(policy, batch, settings(n_epochs=10, target_kl=1e-09, kl_stop=kl_stop))  # type: ignore[arg-type]
 
     # Stored log-probs far from the policy: the KL is huge at the first minibatch, which stops the update at once.
     assert th.equal(batch.old_log_prob, th.full((16,), -50.0))
@@ -317,9 +318,9 @@ def test_stored_log_prob_is_used_when_recompute_log_prob_is_off(kl_stop: str, ex
 
 def test_an_unknown_kl_stop_is_refused() -> None:
     policy = make_policy()
-    batch = build_batch(policy, make_trajectories([(4, True)]), GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, make_trajectories([(4, True)]), settings())
     with pytest.raises(ValueError, match="kl_stop"):
-        ppo_update(policy, batch, n_epochs=1, kl_stop="sometimes")  # type: ignore[arg-type]
+        ppo_update(policy, batch, settings(n_epochs=1, kl_stop='sometimes', target_kl=0.01))  # type: ignore[arg-type]
 
 
 # --- KL early stop ---------------------------------------------------------------------------------------------------
@@ -327,9 +328,9 @@ def test_an_unknown_kl_stop_is_refused() -> None:
 
 def test_all_epochs_run_without_target_kl() -> None:
     policy = make_policy(learning_rate=0.5)
-    batch = build_batch(policy, make_trajectories([(16, False), (16, True)]), GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, make_trajectories([(16, False), (16, True)]), settings())
 
-    stats = ppo_update(policy, batch, n_epochs=20, batch_size=8, target_kl=None)
+    stats = ppo_update(policy, batch, settings(n_epochs=20, batch_size=8, target_kl=None))
 
     assert stats.n_epochs_run == 20
 
@@ -444,19 +445,9 @@ def test_one_update_changes_parameters_exactly_as_a_reference_ppo_step(
     trajectories = make_trajectories([(9, False), (4, True), (11, False)])
     initial = [p.detach().clone() for p in policy.parameters()]
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
-    stats = ppo_update(
-        policy,
-        batch,
-        n_epochs=3,
-        batch_size=batch_size,
-        clip_range=hyperparameters["clip_range"],
-        clip_range_vf=clip_range_vf,
-        ent_coef=hyperparameters["ent_coef"],
-        vf_coef=hyperparameters["vf_coef"],
-        max_grad_norm=hyperparameters["max_grad_norm"],
-        target_kl=None,
-    )
+    batch = build_batch(policy, trajectories, settings())
+    update_settings = {name: value for name, value in hyperparameters.items() if name != "learning_rate"}
+    stats = ppo_update(policy, batch, settings(n_epochs=3, batch_size=batch_size, target_kl=None, **update_settings))
     reference_ppo_update(reference, trajectories, n_epochs=3, batch_size=batch_size, **hyperparameters)
 
     assert stats.n_epochs_run == 3
@@ -486,19 +477,9 @@ def test_kl_stop_in_the_middle_of_a_pass_matches_the_reference_step_for_step(kl_
 
     policy = make_policy(learning_rate=hyperparameters["learning_rate"])
     reference = copy.deepcopy(policy)
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
-    stats = ppo_update(
-        policy,
-        batch,
-        n_epochs=hyperparameters["n_epochs"],
-        batch_size=hyperparameters["batch_size"],
-        clip_range=hyperparameters["clip_range"],
-        ent_coef=hyperparameters["ent_coef"],
-        vf_coef=hyperparameters["vf_coef"],
-        max_grad_norm=hyperparameters["max_grad_norm"],
-        target_kl=target_kl,
-        kl_stop=kl_stop,  # type: ignore[arg-type]
-    )
+    batch = build_batch(policy, trajectories, settings())
+    update_settings = {name: value for name, value in hyperparameters.items() if name != "learning_rate"}
+    stats = ppo_update(policy, batch, settings(target_kl=target_kl, kl_stop=kl_stop, **update_settings))
     passes_run, _ = reference_ppo_update(reference, trajectories, target_kl=target_kl, kl_stop=kl_stop, **hyperparameters)
 
     # Stopped in pass 3, after 2 steps of it (after_step: 8 steps in all) or 1 (before_step: 7 steps).
@@ -519,9 +500,9 @@ def test_a_kl_stop_at_a_passs_first_minibatch_before_its_step_does_not_count_tha
     assert kls[crossing] > max(kls[:crossing])
     target_kl = (max(kls[:crossing]) + kls[crossing]) / 2 / 1.5
     policy = make_policy(learning_rate=hyperparameters["learning_rate"])
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
+    batch = build_batch(policy, trajectories, settings())
 
-    stats = ppo_update(policy, batch, n_epochs=6, batch_size=8, target_kl=target_kl, kl_stop="before_step")
+    stats = ppo_update(policy, batch, settings(n_epochs=6, batch_size=8, target_kl=target_kl, kl_stop='before_step'))
 
     assert stats.n_epochs_run == 3 and adam_steps(policy) == 9
 
@@ -571,8 +552,8 @@ def test_every_action_space_and_dict_observations_go_through_the_update(kind: st
     trajectories = sampled_trajectories(policy, [(5, False), (7, True)])
     initial = [p.detach().clone() for p in policy.parameters()]
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA)
-    stats = ppo_update(policy, batch, n_epochs=2, batch_size=5, target_kl=None)
+    batch = build_batch(policy, trajectories, settings())
+    stats = ppo_update(policy, batch, settings(n_epochs=2, batch_size=5, target_kl=None))
 
     # Recomputed log-probs agree with the ones sampled at collection (same weights): the actions round-trip.
     stored_log_probs = th.as_tensor(np.concatenate([t.log_probs for t in trajectories]))
@@ -599,7 +580,7 @@ def test_value_head_is_denormalized_before_gae_and_targets_are_normalized() -> N
     head_values = network_values(policy, np.concatenate([t.observations for t in trajectories]))
     head_bootstrap = fresh_bootstrap_values(policy, trajectories)
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    batch = build_batch(policy, trajectories, settings(), return_normalizer=normalizer)
 
     # The head predicts (return - 3) / 2: on the return scale V = 2 * head + 3. A terminal state is worth 0.
     values = 2.0 * head_values + 3.0
@@ -625,10 +606,10 @@ def test_explained_variance_measures_the_old_values_against_the_returns_on_one_s
     normalizer = return_normalizer_with(mean=10.0, var=1.0, count=2.0)  # the batch moves the statistics a lot
     observations = np.concatenate([t.observations for t in trajectories])
     values_on_return_scale = normalizer.denormalize(network_values(policy, observations))
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    batch = build_batch(policy, trajectories, settings(), return_normalizer=normalizer)
     returns_on_return_scale = normalizer.denormalize(batch.returns.numpy())
 
-    stats = ppo_update(policy, batch, n_epochs=1, target_kl=None)
+    stats = ppo_update(policy, batch, settings(n_epochs=1, target_kl=None))
 
     # Explained variance is unchanged by one affine map of both: it is that of the returns by the values GAE used.
     expected = 1 - np.var(returns_on_return_scale - values_on_return_scale) / np.var(returns_on_return_scale)
@@ -641,9 +622,9 @@ def test_return_statistics_persist_across_updates() -> None:
     first = make_trajectories([(5, True), (6, False)], seed=1)
     second = make_trajectories([(4, True)], seed=2)
 
-    build_batch(policy, first, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    build_batch(policy, first, settings(), return_normalizer=normalizer)
     mean_after_first = float(normalizer.return_rms.mean)
-    build_batch(policy, second, GAMMA, GAE_LAMBDA, return_normalizer=normalizer)
+    build_batch(policy, second, settings(), return_normalizer=normalizer)
 
     assert normalizer.return_rms.count == pytest.approx(1e-4 + 11 + 4)
     assert float(normalizer.return_rms.mean) != mean_after_first
@@ -766,7 +747,7 @@ def test_build_batch_normalizes_observations_and_bootstrap_observations() -> Non
     normalizer.update(np.random.default_rng(0).normal(3.0, 4.0, size=(200, 4)))
     raw = np.concatenate([t.observations for t in trajectories])
 
-    batch = build_batch(policy, trajectories, GAMMA, GAE_LAMBDA, preprocess_obs=normalizer.normalize)
+    batch = build_batch(policy, trajectories, settings(), preprocess_obs=normalizer.normalize)
 
     normalized = normalizer.normalize(raw)
     bootstrap = network_values(policy, normalizer.normalize(trajectories[0].bootstrap_obs[None]))  # type: ignore[arg-type]

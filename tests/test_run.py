@@ -21,7 +21,7 @@ from stable_baselines3.common.logger import KVWriter, Logger, configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
 
-import sb3_ippo.learner as learner_module
+import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 
@@ -78,7 +78,7 @@ def adam_steps(model: IPPO, agent: str) -> int:
 def spy_on_batches(monkeypatch: pytest.MonkeyPatch, model: IPPO) -> list[tuple[int, list[int]]]:
     """Record every agent's training batch: ``(policy_version at the update, [version of each trajectory in it])``."""
     seen: list[tuple[int, list[int]]] = []
-    build_batch, stacked_build_batch = learner_module.build_batch, learner_module.stacked_build_batch
+    build_batch, stacked_build_batch = runners_module.build_batch, runners_module.stacked_build_batch
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         trajectories = args[1] if len(args) > 1 else kwargs["trajectories"]
@@ -90,8 +90,8 @@ def spy_on_batches(monkeypatch: pytest.MonkeyPatch, model: IPPO) -> list[tuple[i
             seen.append((model.policy_version, [trajectory.policy_version for trajectory in trajectories]))
         return stacked_build_batch(*args, **kwargs)
 
-    monkeypatch.setattr(learner_module, "build_batch", spy)
-    monkeypatch.setattr(learner_module, "stacked_build_batch", stacked_spy)
+    monkeypatch.setattr(runners_module, "build_batch", spy)
+    monkeypatch.setattr(runners_module, "stacked_build_batch", stacked_spy)
     return seen
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import io
 import numbers
 import pathlib
 import re
-import sys
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -18,51 +17,39 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, obs_as_tensor, safe_mean, update_learning_rate
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
 from torch import nn
 
 from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
-from sb3_ippo.export import fold_observation_normalization
-from sb3_ippo.groups import SCHEDULED_HYPERPARAMETERS, AgentGroup, make_groups, same_spaces
+from sb3_ippo.export import export_agent
+from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
+from sb3_ippo.ippo.checks import check_agent_spaces, check_env_matches, check_policy_fits
+from sb3_ippo.ippo.logs import dump_logs, log_names, record_update
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-from sb3_ippo.learner import (
-    GROUP_UPDATE_SETTINGS,
-    GroupUpdate,
-    LearnerProcess,
-    Trainer,
-    UpdateJob,
-    UpdateOptions,
-    UpdateResult,
-)
-from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, policy_for_agent, unmasked_normalizer
+from sb3_ippo.masking import policy_for_agent
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.preprocessing import policy_observation_space, to_env_action, to_policy_observation
-from sb3_ippo.ppo_update import KLStop, UpdateStats
-from sb3_ippo.stacked import StackedPolicies, concat_tensor_obs, stack_tensor_obs, why_not_stackable
+from sb3_ippo.preprocessing import policy_observation_space, to_env_action
 from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
+from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.update.learner import LearnerProcess
+from sb3_ippo.update.ppo import UpdateStats
+from sb3_ippo.update.runners import GroupRunner, policy_input
+from sb3_ippo.update.settings import UPDATE_SETTINGS, KLStop, UpdateSettings
+from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
+from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, as_multiagent_vec_env
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
-from sb3_ippo.vec_env import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray, as_multiagent_vec_env
 
 SelfIPPO = TypeVar("SelfIPPO", bound="IPPO")
-# The spaces SB3's policies take, as actions, and as observations (also inside a Dict).
-SPACE_KINDS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-# SB3's stdout logger truncates keys to 36 characters: per-agent keys are built to fit.
-MAX_LOG_KEY_LENGTH = 36
-_LONGEST_KEY_PARTS = len("rollout/") + len("/ep_rew_mean")
-
 
 def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
     if isinstance(obs, dict):
@@ -79,15 +66,6 @@ def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
             key = f"{key}_{index}"
         keys[agent] = key
     return keys
-
-
-def log_names(agent_ids: list[AgentID]) -> dict[AgentID, str]:
-    """Agent names for per-agent logger keys: short enough that every key stays within 36 characters, unique."""
-    width = MAX_LOG_KEY_LENGTH - _LONGEST_KEY_PARTS
-    names = {agent: re.sub(r"[^\w.-]", "_", str(agent))[:width] for agent in agent_ids}
-    if len(set(names.values())) < len(names):
-        names = {agent: f"agent{index}" for index, agent in enumerate(agent_ids)}
-    return names
 
 
 class IPPO(BaseAlgorithm):
@@ -351,51 +329,9 @@ class IPPO(BaseAlgorithm):
     # Environment
     # ----------------------------------------------------------------------------------------------------------
 
-    def _check_agent_spaces(self, observation_spaces: Mapping, action_spaces: Mapping) -> None:
-        not_strings = [agent for agent in observation_spaces if not isinstance(agent, str)]
-        if not_strings:
-            raise ValueError(
-                f"The env's agent ids {not_strings} are not strings: IPPO names each agent's policy, logger keys and "
-                "entries of the model file by its id. Rename the agents in a wrapper of the env (e.g. str(agent))."
-            )
-        for agent, space in observation_spaces.items():
-            subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
-            if not all(isinstance(subspace, SPACE_KINDS) for subspace in subspaces):
-                raise ValueError(
-                    f"Agent {agent!r} has the observation space {space}, which SB3's policies cannot take: "
-                    "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary observations, and Dict spaces of them. "
-                    "Flatten or convert the observations in a wrapper of the env (e.g. a Tuple into a Dict or one Box)."
-                )
-            if any(isinstance(subspace, spaces.Box) and subspace.shape == () for subspace in subspaces):
-                raise ValueError(
-                    f"Agent {agent!r} has a Box observation space of shape () ({space}), which SB3's policies cannot "
-                    "take: give the observation shape (1,) in a wrapper of the env (np.reshape(obs, (1,)))."
-                )
-        for agent, action_space in action_spaces.items():
-            if not isinstance(action_space, SPACE_KINDS):
-                raise ValueError(
-                    f"Agent {agent!r} has action space {action_space}; "
-                    "IPPO supports Box, Discrete, MultiDiscrete and MultiBinary action spaces"
-                )
-            if isinstance(action_space, spaces.Box) and not np.all(np.isfinite([action_space.low, action_space.high])):
-                raise ValueError(f"Agent {agent!r} has a Box action space with infinite bounds: {action_space}")
-
-    def _check_policy_fits(self, agent: AgentID, policy_class: type[BasePolicy]) -> None:
-        policy_name = policy_class.__name__
-        observation_space = self.observation_spaces[agent]
-        fix = "(for one group of agents only: group_kwargs={group: dict(policy=...)})"
-        if isinstance(observation_space, spaces.Dict) and not issubclass(policy_class, MultiInputActorCriticPolicy):
-            raise ValueError(f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy', not {policy_name} {fix}")
-        if issubclass(policy_class, MultiInputActorCriticPolicy) and not isinstance(observation_space, spaces.Dict):
-            # Otherwise SB3's CombinedExtractor fails with an AttributeError on the space.
-            raise ValueError(
-                f"Agent {agent!r} has the observation space {observation_space}, not a Dict: {policy_name} "
-                f"('MultiInputPolicy') needs Dict observations {fix}"
-            )
-
     def _use_env(self, env: MultiAgentVecEnv) -> None:
         """Adopt ``env``: its agents and spaces define (or, once defined, must match) the model's."""
-        self._check_agent_spaces(env.observation_spaces, env.action_spaces)
+        check_agent_spaces(env.observation_spaces, env.action_spaces)
         self.env = env
         self.n_envs = env.num_envs
         self.possible_agents = list(env.possible_agents)
@@ -411,32 +347,13 @@ class IPPO(BaseAlgorithm):
                 "players' replies, after the cut. Use rollout_len=None (games end by themselves)."
             )
 
-    def _check_env_matches(self, env: MultiAgentVecEnv) -> None:
-        if list(env.possible_agents) != list(self.possible_agents):
-            missing = [agent for agent in self.possible_agents if agent not in env.possible_agents]
-            extra = [agent for agent in env.possible_agents if agent not in self.possible_agents]
-            culprit = next(iter(missing + extra), None)
-            raise ValueError(
-                f"The env's agents differ from the model's at agent {culprit!r}: the model has {self.possible_agents}, "
-                f"the env has {list(env.possible_agents)}"
-            )
-        for agent in self.possible_agents:
-            for kind, model_space, env_space in (
-                ("observation", self.observation_spaces[agent], env.observation_spaces[agent]),
-                ("action", self.action_spaces[agent], env.action_spaces[agent]),
-            ):
-                if model_space != env_space:
-                    raise ValueError(
-                        f"Agent {agent!r}: the env's {kind} space {env_space} differs from the model's {model_space}"
-                    )
-
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Use a new env (same agents and spaces). Finished trajectories waiting for an update are kept.
 
         :raises ValueError: naming the first agent whose id or spaces differ.
         """
         vec_env = as_multiagent_vec_env(env)
-        self._check_env_matches(vec_env)
+        check_env_matches(self.possible_agents, self.observation_spaces, self.action_spaces, vec_env)
         self._use_env(vec_env)
         if force_reset:
             self._last_obs = None
@@ -464,7 +381,6 @@ class IPPO(BaseAlgorithm):
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         self.clip_range_schedule = FloatSchedule(self.clip_range)
-        self.clip_range_vf_schedule = None if self.clip_range_vf is None else FloatSchedule(self.clip_range_vf)
         self._policy_keys = module_keys(self.possible_agents)
         self._log_names = log_names(self.possible_agents)
         self._agent_groups = make_groups(
@@ -477,19 +393,16 @@ class IPPO(BaseAlgorithm):
         )
         self._group_log_names = log_names(list(self._agent_groups))
         self._group_of = {agent: group.name for group in self._agent_groups.values() for agent in group.agents}
-        self._group_schedules = {
-            name: {
-                key: FloatSchedule(group.settings[key])
-                for key in SCHEDULED_HYPERPARAMETERS
-                if group.settings.get(key) is not None
-            }
-            for name, group in self._agent_groups.items()
+        # Each group's update settings: the model's, where the group does not set its own (group_kwargs).
+        self._update_settings = {
+            name: UpdateSettings.from_values(vars(self), group.settings) for name, group in self._agent_groups.items()
         }
         policies: dict[str, nn.Module] = {}
         for group in self._agent_groups.values():
             policy_class = self._group_policy_class(group)
             policy_kwargs = group.settings.get("policy_kwargs", self.policy_kwargs)
-            lr_schedule = self._group_schedules[group.name].get("learning_rate", self.lr_schedule)
+            learning_rate = group.settings.get("learning_rate")
+            lr_schedule = self.lr_schedule if learning_rate is None else FloatSchedule(learning_rate)
             shared = None
             for agent in group.agents:
                 # A masked agent (an action_mask in its observation) gets sb3-contrib's maskable policy (masking.py).
@@ -497,7 +410,7 @@ class IPPO(BaseAlgorithm):
                     agent, policy_class, self.observation_spaces[agent], self.action_spaces[agent]
                 )
                 if agent_class is policy_class:
-                    self._check_policy_fits(agent, policy_class)
+                    check_policy_fits(agent, policy_class, self.observation_spaces[agent])
                 if shared is None or not group.share_parameters:
                     try:
                         shared = agent_class(  # type: ignore[call-arg]
@@ -517,15 +430,17 @@ class IPPO(BaseAlgorithm):
                         ) from error
                 policies[self._policy_keys[agent]] = shared
         self._policies = nn.ModuleDict(policies)
-        if self.normalize_obs and self.obs_normalizers is None:
-            self.obs_normalizers = self._per_agent(lambda agent: ObservationNormalizer(self.observation_spaces[agent]))
-        if self.normalize_returns and self.return_normalizers is None:
-            self.return_normalizers = self._per_agent(lambda agent: ReturnNormalizer())
-        self._stacked = {
-            group.name: stacked
-            for group in self._agent_groups.values()
-            if (stacked := self._stack(group.name, [self.policies[agent] for agent in group.agents])) is not None
+        if self.normalize_obs:
+            self.obs_normalizers = self._per_agent(
+                lambda agent: ObservationNormalizer(self.observation_spaces[agent]), self.obs_normalizers
+            )
+        if self.normalize_returns:
+            self.return_normalizers = self._per_agent(lambda agent: ReturnNormalizer(), self.return_normalizers)
+        self._runners = {
+            name: GroupRunner(group, self.policies, self.observation_spaces, self.action_spaces, self.batched)
+            for name, group in self._agent_groups.items()
         }
+        self._trainer = Trainer(list(self._runners.values()), self.return_normalizers)
         self._make_buffers()
         self._seats: FrozenSeats | None = make_frozen_seats(
             self.possible_agents, self.action_spaces, self.opponents, self.self_play_pool, self._snapshot, self.seed
@@ -535,7 +450,11 @@ class IPPO(BaseAlgorithm):
         """A frozen copy of every agent's policy, with the observation statistics of now (for the self-play pool)."""
         policies, obs_normalizers = copy.deepcopy((dict(self.policies), self.obs_normalizers))
         preprocess = {
-            agent: functools.partial(self._policy_input, agent, obs_normalizers=obs_normalizers)
+            agent: functools.partial(
+                policy_input,
+                observation_space=self.observation_spaces[agent],
+                obs_normalizer=None if obs_normalizers is None else obs_normalizers[agent],
+            )
             for agent in self.possible_agents
         }
         return SnapshotOpponent(policies, preprocess)
@@ -555,34 +474,18 @@ class IPPO(BaseAlgorithm):
             raise TypeError(f"group_kwargs[{group.name!r}]['policy'] must be an ActorCriticPolicy subclass, got {policy!r}")
         return policy
 
-    def _per_agent(self, make: Callable[[AgentID], Any]) -> dict[AgentID, Any]:
-        """One object per agent from ``make``; agents sharing parameters share one (they see one network's scale)."""
+    def _per_agent(self, make: Callable[[AgentID], Any], loaded: Mapping[AgentID, Any] | None = None) -> dict[AgentID, Any]:
+        """One object per agent: ``loaded``'s (from a model file), else one from ``make``. Agents sharing parameters
+        share one, their first agent's (they see one network's scale): a safe model file, which stores each agent's
+        separately, loads them as equal copies, tied again here."""
         objects: dict[AgentID, Any] = {}
         for group in self._agent_groups.values():
             for agent in group.agents:
-                shared = group.share_parameters and agent != group.agents[0]
-                objects[agent] = objects[group.agents[0]] if shared else make(agent)
+                if group.share_parameters and agent != group.agents[0]:
+                    objects[agent] = objects[group.agents[0]]
+                else:
+                    objects[agent] = make(agent) if loaded is None else loaded[agent]
         return objects
-
-    def _stack(self, group_name: str, policies: list[ActorCriticPolicy]) -> StackedPolicies | None:
-        """The group's networks stacked for the batched path, or None where it does not apply (``batched=False``,
-        one member, shared parameters) or cannot (with a warning saying why)."""
-        group = self._agent_groups[group_name]
-        if not self.batched or len(policies) < 2 or group.share_parameters:
-            return None
-        if any(isinstance(policy, MaskedInputMixin) for policy in policies):
-            return None  # Masked groups take the reference path (stacked.py has no maskable distributions).
-        reason = why_not_stackable(policies)
-        if reason is None and not same_spaces(group, self.observation_spaces, self.action_spaces):
-            reason = "its agents' spaces differ"
-        if reason is not None:
-            warnings.warn(f"Group {group_name!r} is trained one agent at a time (batched=False): {reason}", stacklevel=3)
-            return None
-        return StackedPolicies(policies)
-
-    def _group_setting(self, group_name: str, name: str) -> Any:
-        """A hyperparameter as the group sets it (``group_kwargs``), else the model's."""
-        return self._agent_groups[group_name].settings.get(name, getattr(self, name))
 
     @property
     def groups(self) -> Mapping[str, list[AgentID]]:
@@ -621,14 +524,14 @@ class IPPO(BaseAlgorithm):
             "_last_alive",
             "_last_episode_starts",
             "clip_range_schedule",
-            "clip_range_vf_schedule",
             "_update_in_flight",
             "_learner",
             "_agent_groups",
             "_group_of",
             "_group_log_names",
-            "_group_schedules",
-            "_stacked",
+            "_update_settings",
+            "_runners",
+            "_trainer",
             "_seats",
             "opponents",
         ]
@@ -704,7 +607,7 @@ class IPPO(BaseAlgorithm):
         model.__dict__.update(kwargs)
         if env is not None:
             vec_env = as_multiagent_vec_env(env)
-            model._check_env_matches(vec_env)
+            check_env_matches(model.possible_agents, model.observation_spaces, model.action_spaces, vec_env)
             model._use_env(vec_env)
         model._setup_model()
         model.set_parameters(params, exact_match=True, device=device)
@@ -750,7 +653,7 @@ class IPPO(BaseAlgorithm):
         finished_last, interrupted = False, True
         try:
             if self.async_training:
-                self._learner = LearnerProcess(self._make_trainer())
+                self._learner = LearnerProcess(self._trainer)
             while self.num_timesteps < total_timesteps:
                 if not self.collect_rollouts(self.env, callback, total_timesteps):
                     break
@@ -840,56 +743,23 @@ class IPPO(BaseAlgorithm):
                     )
         return bool(self._agents_seen) and all(self.buffers[agent].is_ready(*trigger) for agent in self._agents_seen)
 
-    def _policy_input(
-        self, agent: AgentID, obs: ObsArray, obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None = None
-    ) -> ObsArray:
-        """Raw observations (single or batched) as the agent's policy takes them: normalized with the statistics
-        of ``obs_normalizers`` (default: the model's; frozen here), images channel-first."""
-        normalizers = self.obs_normalizers if obs_normalizers is None else obs_normalizers
-        if normalizers is not None:
-            obs = normalizers[agent].normalize(obs)
-        return to_policy_observation(obs, self.observation_spaces[agent])
-
     def _act(
         self, obs: Mapping[AgentID, ObsArray], alive: Mapping[AgentID, np.ndarray], acting: list[AgentID]
     ) -> dict[AgentID, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Sample actions for every row of each acting agent's observations: ``{agent: (actions, values, log-probs)}``,
-        values on the return scale. One forward call per stacked or parameter-sharing group, one per agent otherwise."""
+        values on the return scale. Each group's runner decides how its members act (``sb3_ippo.update.runners``)."""
         if self.obs_normalizers is not None:
             for agent in acting:
                 self.obs_normalizers[agent].update(_select_rows(obs[agent], alive[agent]))
-        inputs = {agent: obs_as_tensor(self._policy_input(agent, obs[agent]), self.device) for agent in acting}
-        outputs: dict[AgentID, tuple[th.Tensor, th.Tensor, th.Tensor]] = {}
-        with th.no_grad():
-            for group in self._agent_groups.values():
-                members = [agent for agent in group.agents if agent in inputs]
-                stacked = self._stacked.get(group.name)
-                if stacked is not None and members:
-                    # Every member's rows go in (an absent member's are ignored): the stacked shapes stay fixed.
-                    group_inputs = [
-                        inputs[agent] if agent in inputs else obs_as_tensor(self._policy_input(agent, obs[agent]), self.device)
-                        for agent in group.agents
-                    ]
-                    actions, values, log_probs = stacked.forward(stacked.current_parameters(), stack_tensor_obs(group_inputs))
-                    for index, agent in enumerate(group.agents):
-                        if agent in inputs:
-                            outputs[agent] = (actions[index], values[index], log_probs[index])
-                elif group.share_parameters and len(members) > 1:
-                    actions, values, log_probs = self.policies[members[0]](concat_tensor_obs([inputs[a] for a in members]))
-                    for index, agent in enumerate(members):
-                        rows = slice(index * self.n_envs, (index + 1) * self.n_envs)
-                        outputs[agent] = (actions[rows], values[rows], log_probs[rows])
-                else:
-                    for agent in members:
-                        outputs[agent] = self.policies[agent](inputs[agent])
         sampled = {}
-        for agent, (actions, values, log_probs) in outputs.items():
-            values_np = values.flatten().cpu().numpy()
-            if self.return_normalizers is not None:
-                # Stored on the return scale, with the statistics the value head was trained to: GAE without
-                # recompute_values uses them as they were.
-                values_np = self.return_normalizers[agent].denormalize(values_np)
-            sampled[agent] = (actions.cpu().numpy(), values_np, log_probs.cpu().numpy())
+        for runner in self._runners.values():
+            for agent, (actions, values, log_probs) in runner.act(obs, acting, self.obs_normalizers).items():
+                values_np = values.flatten().cpu().numpy()
+                if self.return_normalizers is not None:
+                    # Stored on the return scale, with the statistics the value head was trained to: GAE without
+                    # recompute_values uses them as they were.
+                    values_np = self.return_normalizers[agent].denormalize(values_np)
+                sampled[agent] = (actions.cpu().numpy(), values_np, log_probs.cpu().numpy())
         return sampled
 
     def _env_actions(self, agent: AgentID, actions: np.ndarray) -> np.ndarray:
@@ -1002,46 +872,10 @@ class IPPO(BaseAlgorithm):
         """Drain each agent's oldest trajectories and update its policy on them; then ``policy_version`` advances.
         (Runs in the calling thread; ``learn`` with ``async_training`` runs the same update in a learner process.)"""
         job = self._prepare_update()
-        self._apply_update(job, self._make_trainer().update(job))
-
-    def _make_trainer(self) -> Trainer:
-        """The update step over the model's own policies, return normalizers and group settings (``sb3_ippo.learner``)."""
-        return Trainer(
-            policies=dict(self.policies),
-            return_normalizers=self.return_normalizers,
-            groups=[
-                GroupUpdate(
-                    name=name,
-                    agents=list(group.agents),
-                    share_parameters=group.share_parameters,
-                    stacked=name in self._stacked,
-                    settings={key: self._group_setting(name, key) for key in GROUP_UPDATE_SETTINGS},
-                )
-                for name, group in self._agent_groups.items()
-            ],
-            observation_spaces=dict(self.observation_spaces),
-            options=UpdateOptions(
-                recompute_values=self.recompute_values,
-                recompute_log_prob=self.recompute_log_prob,
-                kl_stop=self.kl_stop,
-            ),
-            stacked=dict(self._stacked),
-        )
+        self._apply_update(job, self._trainer.update(job))
 
     def _prepare_update(self) -> UpdateJob:
-        """Drain the batches (dropping stale trajectories) and set each group's learning rate and clip ranges."""
-        progress = self._current_progress_remaining
-        learning_rates, clip_ranges = {}, {}
-        for name, group in self._agent_groups.items():
-            schedules = self._group_schedules[name]
-            learning_rates[name] = schedules.get("learning_rate", self.lr_schedule)(progress)
-            for agent in group.agents:
-                update_learning_rate(self.policies[agent].optimizer, learning_rates[name])
-            clip_range_vf = schedules.get("clip_range_vf", self.clip_range_vf_schedule)
-            clip_ranges[name] = (
-                schedules.get("clip_range", self.clip_range_schedule)(progress),
-                None if clip_range_vf is None else clip_range_vf(progress),
-            )
+        """Drain the batches (dropping stale trajectories) and read each group's settings at the current progress."""
         trajectories = {}
         for agent in self.possible_agents:
             drained = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
@@ -1049,25 +883,24 @@ class IPPO(BaseAlgorithm):
                 trajectories[agent] = drained
         self._count_dropped_episodes()
         generator_seeds = None
-        if any(self._group_setting(name, "shuffle_minibatches") for name in self._agent_groups):
+        if any(settings.shuffle_minibatches for settings in self._update_settings.values()):
             # One per agent, so the batched and the one-agent-at-a-time paths draw the same permutations; drawn here,
             # in the collecting process, so that the update leaves torch's global RNG alone wherever it runs.
             generator_seeds = {agent: int(th.randint(2**62, (1,)).item()) for agent in self.possible_agents}
+        progress = self._current_progress_remaining
         return UpdateJob(
             trajectories=trajectories,
             obs_normalizers=self.obs_normalizers,
             progress_remaining=progress,
-            learning_rates=learning_rates,
-            clip_ranges=clip_ranges,
+            settings={name: settings.at(progress) for name, settings in self._update_settings.items()},
             generator_seeds=generator_seeds,
         )
 
     def _apply_update(self, job: UpdateJob, stats: dict[AgentID, UpdateStats], trained: UpdateResult | None = None) -> None:
-        """Install the learner's results (weights, optimizer states and return statistics), if the update ran there,
-        advance ``policy_version`` and record the update's statistics."""
+        """Install the learner's results (weights, optimizer states and return statistics, in place), if the update ran
+        there, advance ``policy_version`` and record the update's statistics."""
         if trained is not None:
-            trained.install(self.policies)
-            self.return_normalizers = trained.return_normalizers
+            trained.install(self.policies, self.return_normalizers)
         self.update_stats = stats
         self.policy_version += 1
         self._n_updates += 1
@@ -1096,72 +929,11 @@ class IPPO(BaseAlgorithm):
             learner.close(timeout=5.0 if wait else 0.0)
 
     def _record_update(self, job: UpdateJob) -> None:
-        # A policy shared by several agents counts once.
-        stats = list({id(agent_stats): agent_stats for agent_stats in self.update_stats.values()}.values())
-        if stats:
-            for name in (
-                "policy_loss",
-                "policy_loss_delta",
-                "value_loss",
-                "value_loss_delta",
-                "approx_kl",
-                "entropy_loss",
-                "clip_fraction",
-                "explained_variance",
-                "n_epochs_run",
-            ):
-                self.logger.record(f"train/{name}", float(np.mean([getattr(s, name) for s in stats])))
-        for agent, agent_stats in self.update_stats.items():
-            prefix = f"train/{self._log_names[agent]}/"
-            for name in ("policy_loss", "value_loss", "approx_kl", "entropy_loss", "clip_fraction", "n_epochs_run"):
-                self.logger.record(prefix + name, getattr(agent_stats, name), exclude=self._per_agent_exclude)
-            self.logger.record(prefix + "n_transitions", agent_stats.n_transitions, exclude=self._per_agent_exclude)
-        for name, group in self._agent_groups.items():
-            group_stats = [self.update_stats[agent] for agent in group.agents if agent in self.update_stats]
-            if len(group.agents) > 1 and group_stats:
-                prefix = f"train/{self._group_log_names[name]}/"
-                for key in ("policy_loss", "value_loss", "approx_kl", "n_epochs_run"):
-                    self.logger.record(prefix + key, float(np.mean([getattr(s, key) for s in group_stats])))
-            if "learning_rate" in self._group_schedules[name]:
-                learning_rate = self._group_schedules[name]["learning_rate"](job.progress_remaining)
-                self.logger.record(f"train/{self._group_log_names[name]}/learning_rate", learning_rate)
-        self.logger.record("train/policy_version", self.policy_version)
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/learning_rate", self.lr_schedule(job.progress_remaining))
-        self.logger.record("train/clip_range", self.clip_range_schedule(job.progress_remaining))
-        self.logger.record("rollout/stale_episodes_dropped", self.stale_episodes_dropped)
-        self.logger.record("rollout/env_restarts", self.env_restarts)
-        self.logger.record("rollout/episodes_lost", self.episodes_lost)
-        if self.max_buffered_episodes is not None:
-            self.logger.record("rollout/rejected_episodes", self.rejected_episodes)
-
-    @property
-    def _per_agent_exclude(self) -> tuple[str, ...] | None:
-        """Per-agent keys go to CSV and TensorBoard, but to stdout only at ``verbose=2``: with many agents they would
-        bury the team's numbers."""
-        return None if self.verbose >= 2 else ("stdout", "log")
+        record_update(self, job)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
-        assert self.ep_info_buffer is not None
-        time_elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
-        fps = int((self.num_timesteps - self._num_timesteps_at_start) / time_elapsed)
-        if iteration > 0:
-            self.logger.record("time/iterations", iteration, exclude="tensorboard")
-        if len(self.ep_info_buffer) > 0:
-            self.logger.record("rollout/ep_rew_mean", safe_mean([info["r"] for info in self.ep_info_buffer]))
-            self.logger.record("rollout/ep_len_mean", safe_mean([info["l"] for info in self.ep_info_buffer]))
-            for agent in self.possible_agents:
-                returns = [
-                    info["agent_returns"][agent] for info in self.ep_info_buffer if agent in info.get("agent_returns", {})
-                ]
-                if returns:
-                    key = f"rollout/{self._log_names[agent]}/ep_rew_mean"
-                    self.logger.record(key, safe_mean(returns), exclude=self._per_agent_exclude)
-        self.logger.record("time/fps", fps)
-        self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
-        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
-        self.logger.dump(step=self.num_timesteps)
+        dump_logs(self, iteration)
 
     # ----------------------------------------------------------------------------------------------------------
     # Inference and export
@@ -1191,7 +963,8 @@ class IPPO(BaseAlgorithm):
         actions = {}
         for agent, obs in observation.items():
             try:
-                policy_obs = self._policy_input(agent, obs)
+                normalizer = None if self.obs_normalizers is None else self.obs_normalizers[agent]
+                policy_obs = policy_input(obs, self.observation_spaces[agent], normalizer)
                 action, _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
                 actions[agent] = to_env_action(action, self.action_spaces[agent])
             except (ValueError, TypeError) as error:
@@ -1216,40 +989,11 @@ class IPPO(BaseAlgorithm):
         :raises KeyError: for an unknown agent id.
         :raises ValueError: with ``normalize_obs``, for a policy whose first layers cannot take the statistics.
         """
-        if agent_id not in self._policy_keys:
-            raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {self.possible_agents}")
-        policy = self.policies[agent_id]
-        group = self._agent_groups[self._group_of[agent_id]]
-        setting = functools.partial(self._group_setting, group.name)  # the agent's group's own settings, if any
-        max_grad_norm = setting("max_grad_norm")
-        masked = isinstance(policy, MaskedInputMixin)
-        ppo = (MaskablePPO if masked else PPO)(
-            base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
-            env=None,  # type: ignore[arg-type]
-            learning_rate=setting("learning_rate"),
-            n_steps=max(self.n_steps or 2048, 2),
-            batch_size=setting("batch_size") or 64,
-            n_epochs=setting("n_epochs"),
-            gamma=setting("gamma"),
-            gae_lambda=setting("gae_lambda"),
-            clip_range=setting("clip_range"),
-            clip_range_vf=setting("clip_range_vf"),
-            ent_coef=setting("ent_coef"),
-            vf_coef=setting("vf_coef"),
-            max_grad_norm=max_grad_norm if max_grad_norm is not None else float("inf"),
-            target_kl=setting("target_kl"),
-            policy_kwargs=group.settings.get("policy_kwargs", self.policy_kwargs),
-            device=self.device,
-            _init_setup_model=False,
-        )
-        ppo.observation_space = policy.observation_space
-        ppo.action_space = self.action_spaces[agent_id]
-        ppo.n_envs = 1
-        ppo.num_timesteps = self.num_timesteps
-        ppo._setup_model()
-        ppo.policy.load_state_dict(policy.state_dict())
-        ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
-        if self.obs_normalizers is not None:
-            normalizer = self.obs_normalizers[agent_id]
-            fold_observation_normalization(ppo.policy, unmasked_normalizer(normalizer) if masked else normalizer)  # type: ignore[arg-type]
-        ppo.save(path)
+        export_agent(self, agent_id, path)
+
+
+def default_update_settings(**overrides: Any) -> UpdateSettings:
+    """IPPO's default update settings (the defaults of its signature, where they are written), with ``overrides``: for
+    calling the update functions of ``sb3_ippo.update`` directly, as tests and benchmarks do."""
+    parameters = inspect.signature(IPPO.__init__).parameters
+    return UpdateSettings.from_values({name: parameters[name].default for name in UPDATE_SETTINGS}, overrides)

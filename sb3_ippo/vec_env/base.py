@@ -17,10 +17,9 @@ from gymnasium import spaces
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
+from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.vec_env.copies import CopyFailure, CopyStep, Rebuilt, Resolved, lost_episode
 
-AgentID = str
-ObsArray = np.ndarray | dict[str, np.ndarray]
 
 
 class MultiAgentStep(NamedTuple):

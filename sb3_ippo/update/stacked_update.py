@@ -1,261 +1,31 @@
-"""Agents of one group evaluated and trained as one batch: N independent networks at about the cost of one.
+"""The update of a stacked group (:mod:`sb3_ippo.update.stacked`): every member's batch, padded to one length, and
+every minibatch as one forward, one backward, one gradient clip and one Adam step for the whole group (on one
+``(members, parameters)`` tensor, :class:`FlatParameters`).
 
-The members of a group have the same spaces and the same policy architecture, each with its own weights and its own
-Adam optimizer. :class:`StackedPolicies` stacks their parameters along a new first axis and runs the networks of all
-members at once -- SB3's MLP policies as batched matrix products (``baddbmm``), any other architecture with
-``torch.func.vmap`` over ``functional_call``: acting is one forward call for every member and copy, and each
-minibatch of an update is one forward, one backward, one gradient clip and one Adam step for the whole group (on
-one ``(members, parameters)`` tensor, :class:`FlatParameters`).
-
-The members' own ``ActorCriticPolicy`` objects stay the state of record (``model.policies``, save/load, export): an
-update gathers their parameters and Adam states into stacked tensors, trains those, and writes the results back.
-:func:`stacked_ppo_update` follows :func:`sb3_ippo.ppo_update.ppo_update` step for step for every member -- the
-same minibatches, losses, gradient clipping, Adam arithmetic and KL early stop (a member that stopped takes no
-further step: its parameters and optimizer state stay exactly as they were) -- so that both paths give the same
-parameters (tests check it to 1e-5).
+:func:`stacked_ppo_update` follows :func:`sb3_ippo.update.ppo.ppo_update` step for step for every member -- the same
+minibatches, losses, gradient clipping, Adam arithmetic and KL early stop (a member that stopped takes no further
+step: its parameters and optimizer state stay exactly as they were) -- so that both paths give the same parameters
+(tests check it to 1e-5). Frozen parameters (``requires_grad=False``) are left alone, as the reference path's
+optimizer leaves them.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch as th
-from stable_baselines3.common.distributions import (
-    BernoulliDistribution,
-    CategoricalDistribution,
-    DiagGaussianDistribution,
-    Distribution,
-    MultiCategoricalDistribution,
-)
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.preprocessing import preprocess_obs
-from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 from stable_baselines3.common.utils import explained_variance
-from torch import nn
-from torch.func import functional_call, vmap
 
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.normalization import ReturnNormalizer
-from sb3_ippo.ppo_update import (
-    KL_STOPS,
-    AgentBatch,
-    DrainedBatch,
-    KLStop,
-    TensorObs,
-    UpdateStats,
-    drain_to_tensors,
-    finish_batch,
-)
-from sb3_ippo.vec_env import ObsArray
-
-_STACKABLE_DISTRIBUTIONS = (
-    CategoricalDistribution,
-    MultiCategoricalDistribution,
-    BernoulliDistribution,
-    DiagGaussianDistribution,
-)
-
-
-def why_not_stackable(policies: Sequence[ActorCriticPolicy]) -> str | None:
-    """Why these policies cannot be stacked, or None if they can."""
-    first = policies[0]
-    if any(type(policy) is not type(first) for policy in policies):
-        return "the members' policy classes differ"
-    shapes = [[(name, p.shape) for name, p in policy.named_parameters()] for policy in policies]
-    if any(shape != shapes[0] for shape in shapes):
-        return "the members' networks differ in shape"
-    if any(True for _ in first.buffers()):
-        return "the policy has buffers (e.g. batch normalization)"
-    if any(isinstance(module, nn.modules.dropout._DropoutNd) for module in first.modules()):
-        return "the policy has dropout"
-    if getattr(first, "use_sde", False) or not isinstance(first.action_dist, _STACKABLE_DISTRIBUTIONS):
-        return f"its action distribution {type(first.action_dist).__name__} is not supported"
-    for policy in policies:
-        optimizer = policy.optimizer
-        if type(optimizer) is not th.optim.Adam or len(optimizer.param_groups) != 1:
-            return "the optimizer is not a single-group torch.optim.Adam"
-        group = optimizer.param_groups[0]
-        if group["weight_decay"] or group["amsgrad"] or group["maximize"] or group.get("decoupled_weight_decay"):
-            return "Adam's weight decay, amsgrad and maximize are not supported"
-    return None
-
-
-class _Heads(nn.Module):
-    """One member's networks, from preprocessed observations to the distribution's inputs and the value."""
-
-    def __init__(self, policy: ActorCriticPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, obs: TensorObs) -> tuple[th.Tensor, th.Tensor]:
-        policy = self.policy
-        if policy.share_features_extractor:
-            latent_pi, latent_vf = policy.mlp_extractor(policy.features_extractor(obs))
-        else:
-            latent_pi = policy.mlp_extractor.forward_actor(policy.pi_features_extractor(obs))
-            latent_vf = policy.mlp_extractor.forward_critic(policy.vf_features_extractor(obs))
-        return policy.action_net(latent_pi), policy.value_net(latent_vf).squeeze(-1)
-
-
-def _mlp_layers(policy: ActorCriticPolicy) -> dict[str, list[tuple[str, nn.Module]]] | None:
-    """For a policy of flattened observations through SB3's ``MlpExtractor`` into linear heads: each path's layers as
-    ``(parameter prefix or "", module)``, so that :class:`StackedPolicies` runs them as batched matrix products
-    without ``vmap``'s overhead. None for any other architecture."""
-    extractors = {policy.features_extractor, policy.pi_features_extractor, policy.vf_features_extractor}
-    if not all(isinstance(extractor, FlattenExtractor) for extractor in extractors):
-        return None
-    if not isinstance(policy.mlp_extractor, MlpExtractor) or not isinstance(policy.action_net, nn.Linear):
-        return None
-    if not isinstance(policy.value_net, nn.Linear):
-        return None
-    paths: dict[str, list[tuple[str, nn.Module]]] = {}
-    for path, network, head in (("pi", "policy_net", "action_net"), ("vf", "value_net", "value_net")):
-        prefix = f"mlp_extractor.{network}"
-        layers: list[tuple[str, nn.Module]] = []
-        for index, module in enumerate(getattr(policy.mlp_extractor, network)):
-            if isinstance(module, nn.Linear):
-                layers.append((f"{prefix}.{index}", module))
-            elif any(True for _ in module.parameters()):
-                return None
-            else:
-                layers.append(("", module))
-        layers.append((head, getattr(policy, head)))
-        paths[path] = layers
-    return paths
-
-
-def _run_layers(layers: list[tuple[str, nn.Module]], params: dict[str, th.Tensor], x: th.Tensor) -> th.Tensor:
-    for prefix, module in layers:
-        if prefix:
-            bias = params.get(prefix + ".bias")
-            weight = params[prefix + ".weight"].transpose(1, 2)
-            x = th.bmm(x, weight) if bias is None else th.baddbmm(bias.unsqueeze(1), x, weight)
-        else:
-            x = module(x)
-    return x
-
-
-def _flatten_leading(obs: TensorObs) -> TensorObs:
-    if isinstance(obs, dict):
-        return {key: value.flatten(0, 1) for key, value in obs.items()}
-    return obs.flatten(0, 1)
-
-
-def _unflatten_leading(obs: TensorObs, n_members: int) -> TensorObs:
-    if isinstance(obs, dict):
-        return {key: value.unflatten(0, (n_members, -1)) for key, value in obs.items()}
-    return obs.unflatten(0, (n_members, -1))
-
-
-class StackedPolicies:
-    """The networks of ``policies`` (same class and shapes) evaluated as one batch on stacked parameters.
-
-    Every method takes ``params``, a dict of stacked parameters (``(n_members, *shape)``, from :meth:`gather` or
-    being trained), and observations shaped ``(n_members, batch, *obs_shape)`` as the policies take them.
-    """
-
-    def __init__(self, policies: Sequence[ActorCriticPolicy]) -> None:
-        reason = why_not_stackable(policies)
-        if reason is not None:
-            raise ValueError(f"These policies cannot be stacked: {reason}")
-        self.policies = list(policies)
-        template = policies[0]
-        self.observation_space = template.observation_space
-        self.normalize_images = template.normalize_images
-        self.names = [name for name, _ in template.named_parameters()]
-        self._action_dist: Distribution = copy.copy(template.action_dist)
-        self._mlp = _mlp_layers(template)
-        if self._mlp is None:
-            # A structural copy to call with the stacked parameters: the members' own modules are never touched.
-            self._heads = _Heads(copy.deepcopy(template)).to("meta")
-            self._forward = vmap(self._member_forward)
-        self._parameters = [p for policy in self.policies for p in policy.parameters()]
-        self._cache_key: tuple[int, ...] | None = None
-        self._cache: dict[str, th.Tensor] = {}
-
-    @property
-    def n_members(self) -> int:
-        return len(self.policies)
-
-    def _member_forward(self, params: dict[str, th.Tensor], obs: TensorObs) -> tuple[th.Tensor, th.Tensor]:
-        return functional_call(self._heads, {"policy." + name: p for name, p in params.items()}, (obs,))
-
-    def gather(self) -> dict[str, th.Tensor]:
-        """The members' current parameters, stacked (a copy, detached)."""
-        members = [dict(policy.named_parameters()) for policy in self.policies]
-        return {name: th.stack([member[name].detach() for member in members]) for name in self.names}
-
-    def current_parameters(self) -> dict[str, th.Tensor]:
-        """:meth:`gather`, cached until a member's parameter changes in place (an optimizer step, ``load_state_dict``,
-        a write under ``no_grad``: acting calls this every step)."""
-        key = tuple(p._version for p in self._parameters)
-        if key != self._cache_key:
-            self._cache, self._cache_key = self.gather(), key
-        return self._cache
-
-    @th.no_grad()
-    def scatter(self, params: dict[str, th.Tensor]) -> None:
-        """Write stacked parameters back into the members' own parameters."""
-        for index, policy in enumerate(self.policies):
-            for name, parameter in policy.named_parameters():
-                parameter.copy_(params[name][index])
-
-    def distribution(self, params: dict[str, th.Tensor], obs: TensorObs) -> tuple[Distribution, th.Tensor]:
-        """The members' action distributions over the flattened ``(n_members * batch)`` rows, and the values
-        ``(n_members, batch)``."""
-        dist_inputs, values = self._heads_outputs(params, obs)
-        flat_inputs = dist_inputs.flatten(0, 1)
-        distribution: Distribution
-        if isinstance(self._action_dist, DiagGaussianDistribution):
-            log_std = params["log_std"][:, None, :].expand(dist_inputs.shape)
-            distribution = self._action_dist.proba_distribution(flat_inputs, log_std.flatten(0, 1))
-        else:
-            distribution = self._action_dist.proba_distribution(flat_inputs)  # type: ignore[call-arg]
-        return distribution, values
-
-    def _heads_outputs(self, params: dict[str, th.Tensor], obs: TensorObs) -> tuple[th.Tensor, th.Tensor]:
-        """The action heads' outputs ``(n_members, batch, ...)`` (the distributions' inputs) and the values
-        ``(n_members, batch)``."""
-        n_members = self.n_members
-        preprocessed = preprocess_obs(_flatten_leading(obs), self.observation_space, self.normalize_images)
-        if self._mlp is not None:
-            assert isinstance(preprocessed, th.Tensor)  # a FlattenExtractor's input: not a Dict observation
-            features = preprocessed.reshape(n_members, -1, preprocessed[0].numel())
-            dist_inputs = _run_layers(self._mlp["pi"], params, features)
-            values = _run_layers(self._mlp["vf"], params, features).squeeze(-1)
-        else:
-            dist_inputs, values = self._forward(params, _unflatten_leading(preprocessed, n_members))  # type: ignore[arg-type]
-        return dist_inputs, values
-
-    def forward(
-        self, params: dict[str, th.Tensor], obs: TensorObs, deterministic: bool = False
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-        """Sampled (or deterministic) actions ``(n_members, batch, ...)``, values and log-probs ``(n_members, batch)``:
-        what ``ActorCriticPolicy.forward`` gives each member."""
-        distribution, values = self.distribution(params, obs)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
-        return actions.unflatten(0, (self.n_members, -1)), values, log_prob.unflatten(0, (self.n_members, -1))
-
-    def evaluate_actions(
-        self, params: dict[str, th.Tensor], obs: TensorObs, actions: th.Tensor
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
-        """Values, log-probs and entropies ``(n_members, batch)``: ``ActorCriticPolicy.evaluate_actions`` of every
-        member on its own rows. ``actions`` is ``(n_members, batch, ...)``, each member's in SB3's layout."""
-        if type(self._action_dist) is CategoricalDistribution:
-            # What torch's Categorical computes, without building one: a sixth of a minibatch step's time.
-            logits, values = self._heads_outputs(params, obs)
-            log_p = th.log_softmax(logits, dim=-1)
-            log_prob = log_p.gather(-1, actions.long().reshape(self.n_members, -1, 1)).squeeze(-1)
-            return values, log_prob, -(log_p.exp() * log_p).sum(-1)
-        distribution, values = self.distribution(params, obs)
-        log_prob = distribution.log_prob(actions.flatten(0, 1)).unflatten(0, (self.n_members, -1))
-        entropy = distribution.entropy()
-        return values, log_prob, None if entropy is None else entropy.unflatten(0, (self.n_members, -1))
-
+from sb3_ippo.types import ObsArray
+from sb3_ippo.update.batch import AgentBatch, DrainedBatch, TensorObs, drain_to_tensors, finish_batch
+from sb3_ippo.update.ppo import UpdateStats
+from sb3_ippo.update.settings import UpdateSettings
+from sb3_ippo.update.stacked import StackedPolicies, concat_tensor_obs
 
 # ------------------------------------------------------------------------------------------------------------------
 # Batches of several members, padded to one length
@@ -333,15 +103,11 @@ class StackedBatch:
 def stacked_build_batch(
     stacked: StackedPolicies,
     trajectories: Sequence[Sequence[Trajectory]],
-    gamma: float,
-    gae_lambda: float,
-    recompute_values: bool = True,
-    recompute_log_prob: bool = True,
+    settings: UpdateSettings,
     preprocess_obs: Sequence[Callable[[ObsArray], ObsArray] | None] | None = None,
     return_normalizers: Sequence[ReturnNormalizer] | None = None,
-    time_limit_bootstrap: bool = True,
 ) -> StackedBatch:
-    """:func:`sb3_ippo.ppo_update.build_batch` for every member (``trajectories[i]`` are member ``i``'s), with the
+    """:func:`sb3_ippo.update.batch.build_batch` for every member (``trajectories[i]`` are member ``i``'s), with the
     recomputation of values, log-probs and bootstrap values in one forward pass for the whole group."""
     policies = stacked.policies
     drained: list[DrainedBatch] = [
@@ -350,7 +116,7 @@ def stacked_build_batch(
             policy.action_space,
             policy.device,
             None if preprocess_obs is None else preprocess_obs[i],
-            time_limit_bootstrap,
+            settings.time_limit_bootstrap,
         )
         for i, (member, policy) in enumerate(zip(trajectories, policies, strict=True))
     ]
@@ -370,29 +136,14 @@ def stacked_build_batch(
         batches.append(
             finish_batch(
                 member,
-                values[i, :n] if recompute_values else None,
-                log_prob[i, :n] if recompute_log_prob else None,
+                values[i, :n],
+                log_prob[i, :n],
                 values[i, n : n + len(member.bootstrapped)] if member.bootstrapped else None,
-                gamma,
-                gae_lambda,
+                settings,
                 None if return_normalizers is None else return_normalizers[i],
             )
         )
     return StackedBatch.from_batches(batches)
-
-
-def concat_tensor_obs(observations: Sequence[TensorObs]) -> TensorObs:
-    """Concatenate batches of observations (tensors, or dicts of tensors) along the first axis."""
-    if isinstance(observations[0], dict):
-        return {key: th.cat([obs[key] for obs in observations]) for key in observations[0]}  # type: ignore[index]
-    return th.cat(observations)  # type: ignore[arg-type]
-
-
-def stack_tensor_obs(observations: Sequence[TensorObs]) -> TensorObs:
-    """Stack equally long batches of observations (tensors, or dicts of tensors) along a new first axis."""
-    if isinstance(observations[0], dict):
-        return {key: th.stack([obs[key] for obs in observations]) for key in observations[0]}  # type: ignore[index]
-    return th.stack(observations)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -401,19 +152,25 @@ def stack_tensor_obs(observations: Sequence[TensorObs]) -> TensorObs:
 
 
 class FlatParameters:
-    """The members' parameters as one ``(n_members, n_parameters)`` leaf tensor, so that the whole group's gradient
-    clipping and Adam step are a handful of tensor operations. :meth:`as_dict` splits it (differentiably) into the
-    named, stacked parameters the networks take; its backward pass concatenates their gradients into ``flat.grad``."""
+    """The members' trainable parameters as one ``(n_members, n_parameters)`` leaf tensor, so that the whole group's
+    gradient clipping and Adam step are a handful of tensor operations. :meth:`as_dict` splits it (differentiably) into
+    the named, stacked parameters the networks take, with the frozen ones (not in ``trainable``) as constants; its
+    backward pass concatenates the trainable ones' gradients into ``flat.grad``."""
 
-    def __init__(self, params: dict[str, th.Tensor]) -> None:
-        self.names = list(params)
+    def __init__(self, params: dict[str, th.Tensor], trainable: Sequence[str]) -> None:
+        self.names = list(trainable)
+        self.frozen = {name: value for name, value in params.items() if name not in self.names}
         self.shapes = [params[name].shape[1:] for name in self.names]
         self.sizes = [shape.numel() for shape in self.shapes]
         n_members = next(iter(params.values())).shape[0]
         self.flat = th.cat([params[name].reshape(n_members, -1) for name in self.names], dim=1).requires_grad_(True)
 
     def as_dict(self, flat: th.Tensor | None = None) -> dict[str, th.Tensor]:
-        flat = self.flat if flat is None else flat
+        """The named parameters: the trainable ones split from ``flat`` (default: the parameters), and the frozen."""
+        return {**self.frozen, **self.trainable(self.flat if flat is None else flat)}
+
+    def trainable(self, flat: th.Tensor) -> dict[str, th.Tensor]:
+        """``flat`` (the parameters, or a tensor laid out as they are: Adam's moments) split into the trainable names."""
         pieces = flat.split(self.sizes, dim=1)
         return {
             name: piece.view(len(flat), *shape) for name, piece, shape in zip(self.names, pieces, self.shapes, strict=True)
@@ -474,11 +231,13 @@ class StackedAdam:
     def scatter(self) -> None:
         """Write each member's moments and step count back into its own optimizer (members that never stepped keep
         an empty state, as torch's Adam does)."""
-        exp_avg, exp_avg_sq = self.flat.as_dict(self.exp_avg), self.flat.as_dict(self.exp_avg_sq)
+        exp_avg, exp_avg_sq = self.flat.trainable(self.exp_avg), self.flat.trainable(self.exp_avg_sq)
         for index, policy in enumerate(self.policies):
             if self.steps[index] == 0:
                 continue
-            for name, parameter in policy.named_parameters():
+            parameters = dict(policy.named_parameters())
+            for name in self.flat.names:
+                parameter = parameters[name]
                 policy.optimizer.state[parameter] = {
                     "step": th.tensor(self.steps[index], dtype=th.float32),
                     "exp_avg": exp_avg[name][index].clone(),
@@ -560,43 +319,33 @@ def _minibatch_index(batch: StackedBatch, generators: Sequence[th.Generator | No
 def stacked_ppo_update(
     stacked: StackedPolicies,
     batch: StackedBatch,
-    n_epochs: int,
-    batch_size: int | None = None,
-    clip_range: float = 0.2,
-    clip_range_vf: float | None = None,
-    normalize_advantage: bool = True,
-    ent_coef: float = 0.0,
-    vf_coef: float = 0.5,
-    max_grad_norm: float | None = 0.5,
-    target_kl: float | None = 0.01,
-    kl_stop: KLStop = "after_step",
-    shuffle_minibatches: bool = False,
+    settings: UpdateSettings,
     generators: Sequence[th.Generator | None] | None = None,
 ) -> list[UpdateStats]:
-    """:func:`sb3_ippo.ppo_update.ppo_update` of every member at once: the same minibatches of each member's own
+    """:func:`sb3_ippo.update.ppo.ppo_update` of every member at once: the same minibatches of each member's own
     batch, the same losses, per-member gradient clipping and Adam, and each member's own KL early stop.
 
     With ``shuffle_minibatches``, member ``i``'s permutations are drawn from ``generators[i]``.
     """
-    if kl_stop not in KL_STOPS:
-        raise ValueError(f"kl_stop must be one of {KL_STOPS}, got {kl_stop!r}")
+    clip_range, clip_range_vf, target_kl = settings.clip_range, settings.clip_range_vf, settings.target_kl
+    assert not callable(clip_range) and not callable(clip_range_vf), "read the schedules first: UpdateSettings.at"
     n_members = stacked.n_members
     device = batch.mask.device
-    flat = FlatParameters(stacked.gather())
+    flat = FlatParameters(stacked.gather(), stacked.trainable)
     optimizer = StackedAdam(flat, stacked.policies)
-    advantages = _normalized_advantages(batch, normalize_advantage)
+    advantages = _normalized_advantages(batch, settings.normalize_advantage)
     length = batch.mask.shape[1]
-    minibatch_size = length if batch_size is None else batch_size
+    minibatch_size = length if settings.batch_size is None else settings.batch_size
 
     with th.no_grad():
         before = _stacked_losses(stacked, flat.as_dict(), batch, advantages, batch.mask, clip_range, clip_range_vf)
 
     active = [True] * n_members
     n_epochs_run = [0] * n_members
-    for _ in range(n_epochs):
+    for _ in range(settings.n_epochs):
         if not any(active):
             break
-        order = _minibatch_index(batch, generators, device) if shuffle_minibatches else None
+        order = _minibatch_index(batch, generators, device) if settings.shuffle_minibatches else None
         stepped = [False] * n_members
         for start in range(0, length, minibatch_size):
             # Padding comes last in every order: a member has rows in this minibatch while start < its length.
@@ -615,13 +364,19 @@ def stacked_ppo_update(
             )
             kls = losses.approx_kl.tolist()
             too_far = [rows and target_kl is not None and kl > 1.5 * target_kl for rows, kl in zip(has_rows, kls, strict=True)]
-            steps = [rows and not (far and kl_stop == "before_step") for rows, far in zip(has_rows, too_far, strict=True)]
+            steps = [
+                rows and not (far and settings.kl_stop == "before_step") for rows, far in zip(has_rows, too_far, strict=True)
+            ]
             if any(steps):
-                loss = losses.policy_loss + ent_coef * losses.entropy_loss + vf_coef * losses.value_loss
+                loss = losses.policy_loss + settings.ent_coef * losses.entropy_loss + settings.vf_coef * losses.value_loss
+                stepping = th.tensor(steps, device=device)
                 flat.flat.grad = None
-                (loss * th.tensor(steps, dtype=loss.dtype, device=device)).sum().backward()
-                if max_grad_norm is not None:
-                    _clip_grad_norms(flat.flat, max_grad_norm)
+                # Selected, not weighted by 0: a member that takes no step gets a gradient of exactly 0 (0 * inf is NaN).
+                th.where(stepping, loss, 0.0).sum().backward()
+                assert flat.flat.grad is not None
+                flat.flat.grad.masked_fill_(~stepping[:, None], 0.0)
+                if settings.max_grad_norm is not None:
+                    _clip_grad_norms(flat.flat, settings.max_grad_norm)
                 optimizer.step(steps)
                 stepped = [done or now for done, now in zip(stepped, steps, strict=True)]
             active = [on and not far for on, far in zip(active, too_far, strict=True)]
@@ -631,7 +386,7 @@ def stacked_ppo_update(
         flat.flat.grad = None
         params = flat.as_dict()
         after = _stacked_losses(stacked, params, batch, advantages, batch.mask, clip_range, clip_range_vf)
-        stacked.scatter(params)
+        stacked.scatter(flat.trainable(flat.flat))
         optimizer.scatter()
 
     stats = []

@@ -1,0 +1,144 @@
+"""The learner process of ``async_training``: every update of one ``learn`` runs in a child process while collection
+goes on.
+
+:class:`LearnerProcess` sends the pickled :class:`~sb3_ippo.update.trainer.Trainer` to a child process once per
+``learn``; from then on only the drained trajectories and the update's settings go in (:class:`UpdateJob`) and only
+the trained weights, optimizer states, return statistics and update statistics come back (:class:`UpdateResult`).
+The child keeps its copies of the policies between updates: it is the only trainer, and the model applies each result
+at a deterministic point (``IPPO._finish_update_in_flight``), so both hold the same weights once a result is applied.
+This module imports the update code only: not the env layer.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import traceback
+from multiprocessing.connection import Connection
+
+import torch as th
+
+from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
+
+# How long ``LearnerProcess.close`` waits for the learner to stop on its own before terminating it.
+STOP_TIMEOUT = 5.0
+
+
+def _learner_main(connection: Connection) -> None:
+    """The learner process: receive the trainer, then answer each job with its result until told to stop (None) or
+    the connection closes. An exception in an update is sent back as its traceback, and the process ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process, which then stops this one.
+    th.set_num_threads(1)
+    th.manual_seed(0)  # Nothing in an update should draw from it; if something does, runs stay reproducible.
+    try:
+        trainer: Trainer = pickle.loads(connection.recv_bytes())
+        while True:
+            job: UpdateJob | None = pickle.loads(connection.recv_bytes())
+            if job is None:
+                # Told to stop, with every result sent: nothing is left to flush, and skipping the interpreter's
+                # teardown (torch's modules, about 0.4 s) lets learn() return at once.
+                connection.close()
+                os._exit(0)
+            result = trainer.result(trainer.update(job))
+            connection.send_bytes(pickle.dumps(("result", result), protocol=pickle.HIGHEST_PROTOCOL))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return  # The main process is gone or stopping us.
+    except BaseException:
+        try:
+            connection.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+        except OSError:
+            pass
+
+
+class LearnerProcess:
+    """One child process (torch multiprocessing, spawn start method) that runs every update of one ``learn``.
+
+    :param trainer: Pickled and sent once; the child trains its copy from then on.
+    :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        try:
+            payload = pickle.dumps(trainer, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            raise TypeError(
+                "async_training sends the policies to a learner process, which needs them picklable, and they are not "
+                f"({error}). Use picklable policy_kwargs (classes and functions defined at module level, no lambdas) "
+                "or async_training=False."
+            ) from error
+        context = th.multiprocessing.get_context("spawn")
+        self._connection, child_connection = context.Pipe()
+        self.process = context.Process(target=_learner_main, args=(child_connection,), name="ippo-learner", daemon=True)
+        self.process.start()
+        child_connection.close()
+        self._updates = 0
+        # The child reads the trainer only once it has imported torch (a second or two): sending it from a thread lets
+        # collection start meanwhile.
+        self._sending = threading.Thread(target=self._send_quietly, args=(payload,), name="ippo-learner-send", daemon=True)
+        self._sending.start()
+
+    def _send_quietly(self, payload: bytes) -> None:
+        try:
+            self._connection.send_bytes(payload)
+        except OSError:
+            pass  # The learner died: result() says so.
+
+    def _send(self, payload: bytes) -> None:
+        self._sending.join()
+        try:
+            self._connection.send_bytes(payload)
+        except OSError as error:
+            raise self._died() from error
+
+    def _died(self) -> RuntimeError:
+        self.process.join(timeout=1.0)
+        return RuntimeError(
+            f"The async_training learner process (pid {self.process.pid}) died (exit code {self.process.exitcode}) "
+            f"during update {self._updates}: the model keeps its last applied weights (save it, or learn again, which "
+            "starts a new learner). A negative exit code is the signal that killed it (-9: killed, e.g. out of memory). "
+            "Exit code 1 at the first update usually means a script without `if __name__ == \"__main__\":`: the learner "
+            "is started with the spawn method, which imports the main module again."
+        )
+
+    def submit(self, job: UpdateJob) -> None:
+        """Send one update's work; the observation statistics are pickled as they are now."""
+        self._updates += 1
+        self._send(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def result(self, poll_interval: float = 0.05) -> UpdateResult:
+        """Wait for the submitted update's result.
+
+        :raises RuntimeError: promptly if the learner raised (with its traceback) or died.
+        """
+        while not self._connection.poll(poll_interval):
+            if not self.process.is_alive():
+                if self._connection.poll(0):  # It may have sent its last words as it ended.
+                    break
+                raise self._died()
+        try:
+            kind, payload = pickle.loads(self._connection.recv_bytes())
+        except (EOFError, OSError) as error:
+            raise self._died() from error
+        if kind == "error":
+            raise RuntimeError(
+                f"The async_training learner process failed in update {self._updates}; the model keeps its last "
+                f"applied weights. The learner's traceback:\n{payload}"
+            )
+        return payload
+
+    def close(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the learner: ask it to end, wait up to ``timeout`` seconds, then terminate it, then kill it."""
+        if self.process.is_alive() and timeout > 0:
+            try:
+                self._connection.send_bytes(pickle.dumps(None))
+            except OSError:
+                pass
+            self.process.join(timeout)
+        for stop in (self.process.terminate, self.process.kill):
+            if not self.process.is_alive():
+                break
+            stop()
+            self.process.join(1.0)
+        self._connection.close()
