@@ -78,13 +78,16 @@ class RandomOpponent(Opponent):
         sizes = space.nvec.reshape(-1) if isinstance(space, spaces.MultiDiscrete) else np.full(int(np.prod(shape)), 2)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         choices = [self._uniform(mask[:, start:end], agent) for start, end in itertools.pairwise(bounds)]
-        return np.stack(choices, axis=1).reshape(len(mask), *shape).astype(space.dtype)
+        indices = np.stack(choices, axis=1).reshape(len(mask), *shape)
+        return to_env_action(indices, space).astype(space.dtype)
 
     def _any(self, space: spaces.Space, n_rows: int) -> np.ndarray:
         if isinstance(space, spaces.Discrete):
             return self.rng.integers(int(space.n), size=n_rows) + int(space.start)
         if isinstance(space, spaces.MultiDiscrete):
-            return (self.rng.random((n_rows, *space.shape)) * space.nvec).astype(space.dtype)
+            return to_env_action((self.rng.random((n_rows, *space.shape)) * space.nvec).astype(np.int64), space).astype(
+                space.dtype
+            )
         if isinstance(space, spaces.MultiBinary):
             return self.rng.integers(2, size=(n_rows, *space.shape)).astype(space.dtype)
         if isinstance(space, spaces.Box):
