@@ -77,14 +77,16 @@ class DyingAgentsEnv(_TestEnv):
     """Agents leave at their own death steps; the ones still there are truncated after ``max_steps`` steps.
 
     Observation of every agent: ``[t / max_steps, target]`` (Box float32 of shape (2,)), where ``t`` is the number
-    of steps since reset and ``target = (t + index of the agent) % 2``. Action: Discrete(2). Reward:
-    ``reward_scale`` if the action equals the target of the observation it answers, else 0.
+    of steps since reset and ``target = (t + index of the agent) % 2``. Action: Discrete(2) (or ``action_space``).
+    Reward: ``reward_scale`` if the action equals the target of the observation it answers, else 0; for a Box or
+    MultiDiscrete ``action_space``, its first entry is the answer (a Box pays ``reward_scale * (1 - |a - target|)``).
 
     :param death_steps: Agent id -> the step (counted from 1 after reset) after which the agent is terminated and
         removed; None: it stays until truncated. The keys are the possible agents, in order.
     :param max_steps: Episode length for the agents that do not die.
     :param join_steps: Agent id -> the step after which that agent joins: it is absent at reset and until then.
     :param reward_scale: Reward of a right action (settable with ``set_attr``).
+    :param action_space: Every agent's action space: Discrete(2) (default), a Box or a MultiDiscrete.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"name": "dying_agents_v0", "render_modes": [], "is_parallelizable": True}
@@ -95,13 +97,14 @@ class DyingAgentsEnv(_TestEnv):
         max_steps: int = 6,
         join_steps: Mapping[AgentID, int] | None = None,
         reward_scale: float = 1.0,
+        action_space: spaces.Space | None = None,
     ) -> None:
         if death_steps is None:
             death_steps = {"agent_0": 2, "agent_1": 4, "agent_2": None}
         agents = list(death_steps)
         super().__init__(
             {agent: spaces.Box(0.0, 1.0, (2,), np.float32) for agent in agents},
-            {agent: spaces.Discrete(2) for agent in agents},
+            {agent: action_space if action_space is not None else spaces.Discrete(2) for agent in agents},
         )
         self.death_steps = dict(death_steps)
         self.join_steps = dict(join_steps or {})
@@ -115,6 +118,12 @@ class DyingAgentsEnv(_TestEnv):
     def _observe(self, agent: AgentID) -> np.ndarray:
         return np.array([self.steps / self.max_steps, self.target(agent, self.steps)], dtype=np.float32)
 
+    def _reward(self, agent: AgentID, action: Any) -> float:
+        target = self.target(agent, self.steps)
+        if isinstance(self.action_spaces[agent], spaces.Box):
+            return self.reward_scale * (1.0 - abs(float(np.clip(np.ravel(action)[0], 0.0, 1.0)) - target))
+        return self.reward_scale * float(int(np.ravel(action)[0]) == target)
+
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         self._reset_rng(seed)
         self.steps = 0
@@ -124,9 +133,7 @@ class DyingAgentsEnv(_TestEnv):
 
     def step(self, actions: dict[AgentID, Any]) -> tuple[dict, dict, dict, dict, dict]:
         self._check_actions(actions)
-        rewards = {
-            agent: self.reward_scale * float(int(actions[agent]) == self.target(agent, self.steps)) for agent in self.agents
-        }
+        rewards = {agent: self._reward(agent, actions[agent]) for agent in self.agents}
         self.steps += 1
         joining = [
             agent

@@ -409,21 +409,6 @@ def test_group_kwargs_let_dict_and_vector_observations_mix() -> None:
         IPPO("MlpPolicy", env)
 
 
-def test_a_zip_saved_before_groups_existed_still_loads() -> None:
-    loaded = IPPO.load("tests/data/ippo_v0_1_dying_agents.zip", env=DyingAgentsEnv())
-    expected = np.load("tests/data/ippo_v0_1_dying_agents_expected.npz")
-
-    assert loaded.policy_version == int(expected["policy_version"])
-    for agent, policy in loaded.policies.items():
-        for name, p in policy.named_parameters():
-            np.testing.assert_array_equal(p.detach().numpy(), expected[f"{agent}/{name}"])
-        np.testing.assert_array_equal(loaded.obs_normalizers[agent].obs_rms.mean, expected[f"{agent}/obs_rms_mean"])  # type: ignore[index, union-attr]
-    assert dict(loaded.groups) == {"agent": ["agent_0", "agent_1", "agent_2"]}
-    assert loaded.time_limit_bootstrap  # truncated episodes bootstrap, as they did when it was saved
-    loaded.learn(2 * EPISODE_LENGTH, reset_num_timesteps=False)
-    assert loaded.policy_version == int(expected["policy_version"]) + 1
-
-
 @pytest.mark.parametrize("suffix", ["zip", "safetensors"])
 def test_shared_and_stacked_groups_round_trip_through_every_format(tmp_path: Any, suffix: str) -> None:
     env = simple_adversary_v3.parallel_env(N=3, max_cycles=5)
