@@ -29,17 +29,21 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pathlib
 import pickle
+import warnings
 import zipfile
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import stable_baselines3 as sb3
 import torch as th
 from gymnasium import spaces
+from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
@@ -50,8 +54,9 @@ from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtr
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
 from torch import nn
 
+from sb3_ippo.ippo.checks import check_env_matches
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.ppo_update import UpdateStats
+from sb3_ippo.update.ppo import UpdateStats
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -62,6 +67,14 @@ FORMAT_VERSION = 1
 METADATA_KEY = "sb3_ippo"
 # The key, in a zip's `data` entry, of the JSON description of the entries SB3 pickled.
 JSON_STATE_KEY = "_sb3_ippo_json_state"
+
+# The largest size a file may declare for one space, and for all its spaces and inline arrays together, checked before
+# anything is built: a few bytes of JSON can declare a Box that gymnasium would fill with a terabyte. A space's size
+# is what SB3 allocates for it: the elements of a Box or MultiBinary (and of an inline array), n of a Discrete, the
+# sum of a MultiDiscrete's nvec (the width of its one-hot input or action layer); a Dict adds up its members.
+# 2**24 elements hold an image of 2048 x 2048 x 4; a file holds each space about twice (per agent, and the Dict of all).
+MAX_SPACE_ELEMENTS = 2**24
+MAX_FILE_ELEMENTS = 2**26
 
 PathOrFile = str | pathlib.Path | io.BufferedIOBase
 
@@ -128,7 +141,13 @@ class NotSerializableError(ValueError):
     """A value the safe encoding cannot describe (arbitrary callables, classes outside the allow-list, ...)."""
 
 
-class UntrustedContentError(ValueError):
+class ModelFileError(ValueError):
+    """A model file that is damaged, truncated, or crafted: not a zip or safetensors file, an entry missing or of the
+    wrong type or shape, a declared size over the limits (:data:`MAX_SPACE_ELEMENTS`), an attribute the model does not
+    save. The message names the file and what is wrong."""
+
+
+class UntrustedContentError(ModelFileError):
     """A model file holds something that only unpickling could restore, or that the safe decoding does not know."""
 
 
@@ -280,12 +299,15 @@ def encode_space(space: spaces.Space, path: str = "space") -> dict[str, Any]:
 
 
 class _Decoder:
-    """Decodes what :class:`_Encoder` wrote. Only the tags below exist; anything else is refused."""
+    """Decodes what :class:`_Encoder` wrote. Only the tags below exist; anything else is refused.
+
+    Call :func:`check_declared_sizes` on a document before decoding it: the decoder trusts the sizes it was checked for.
+    """
 
     def __init__(self, tensors: Mapping[str, th.Tensor] | None) -> None:
         self.tensors = tensors
 
-    def decode(self, value: Any, path: str) -> Any:  # noqa: C901 (one branch per tag)
+    def decode(self, value: Any, path: str) -> Any:
         if isinstance(value, list):
             return [self.decode(item, f"{path}/{i}") for i, item in enumerate(value)]
         if not isinstance(value, dict):
@@ -313,23 +335,41 @@ class _Decoder:
         if tag == "class":
             return _allowed_class(value["name"], path)
         if tag == "object":
-            cls = STATE_CLASSES.get(value["class"])
-            if cls is None:
-                raise UntrustedContentError(f"{path} names the class {value['class']!r}, which a safe model file may not hold")
-            obj: Any = object.__new__(cls)
-            obj.__dict__.update(self.decode(value["state"], path))
-            return obj
+            return self._object(value, path)
         if tag in _SPACE_TAGS:
-            return decode_space(value, path)
+            return _decode_space(value, path)
         raise UntrustedContentError(f"{path} has the unknown type tag {tag!r}")
 
     def _tensor(self, name: str, path: str) -> th.Tensor:
-        if self.tensors is None or name not in self.tensors:
+        if self.tensors is None or not isinstance(name, str) or name not in self.tensors:
             raise UntrustedContentError(f"{path} refers to the tensor {name!r}, which the file does not hold")
         return self.tensors[name]
 
+    def _object(self, value: Mapping[str, Any], path: str) -> Any:
+        cls = STATE_CLASSES.get(value["class"])
+        if cls is None:
+            raise UntrustedContentError(f"{path} names the class {value['class']!r}, which a safe model file may not hold")
+        state = self.decode(value["state"], path)
+        if not isinstance(state, dict):
+            raise ModelFileError(f"{path}: the state of a {cls.__name__} is a {type(state).__name__}, not a dict")
+        # The state is instance data: a name the class defines (a method such as RunningMeanStd.update) is not.
+        shadowing = sorted(str(name) for name in state if not isinstance(name, str) or _is_class_attribute(cls, name))
+        if shadowing:
+            raise ModelFileError(f"{path}: the state of a {cls.__name__} sets {shadowing}, which are not its data")
+        obj: Any = object.__new__(cls)
+        obj.__dict__.update(state)
+        return obj
+
+
+def _is_class_attribute(cls: type, name: str) -> bool:
+    """Whether ``name`` is defined by ``cls`` or a base (a method, property, class variable): an instance attribute
+    of that name would shadow it."""
+    return any(name in vars(klass) for klass in cls.__mro__)
+
 
 def _checked_dtype(name: str, path: str) -> np.dtype:
+    if not isinstance(name, str):
+        raise ModelFileError(f"{path} has the dtype {name!r}, not a numpy dtype name")
     dtype = np.dtype(name)
     if dtype.kind not in _NUMERIC_DTYPE_KINDS:
         raise UntrustedContentError(f"{path} has the dtype {name!r}; a safe model file holds numeric arrays only")
@@ -337,7 +377,7 @@ def _checked_dtype(name: str, path: str) -> np.dtype:
 
 
 def _allowed_class(name: str, path: str) -> type:
-    cls = ALLOWED_CLASSES.get(name)
+    cls = ALLOWED_CLASSES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise UntrustedContentError(
             f"{path} names the class {name!r}, which is not in the allow-list of classes a safe model file may name"
@@ -348,8 +388,123 @@ def _allowed_class(name: str, path: str) -> type:
 _SPACE_TAGS = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "DictSpace")
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Declared sizes, checked before anything is built
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _count(value: Any, path: str, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= MAX_SPACE_ELEMENTS:
+        raise ModelFileError(
+            f"{path} is {value!r:.80}: expected an integer from {minimum} to {MAX_SPACE_ELEMENTS} "
+            "(sb3_ippo.serialization.MAX_SPACE_ELEMENTS)"
+        )
+    return value
+
+
+def _shape_size(shape: Any, path: str) -> int:
+    if not isinstance(shape, list) or len(shape) > 32:  # numpy's limit on dimensions
+        raise ModelFileError(f"{path} is {shape!r:.80}: expected a shape, a list of at most 32 integers")
+    size = math.prod(_count(dimension, f"{path}/{i}") for i, dimension in enumerate(shape))
+    if size > MAX_SPACE_ELEMENTS:
+        raise ModelFileError(
+            f"{path} declares {shape} ({size} elements), more than sb3_ippo.serialization.MAX_SPACE_ELEMENTS "
+            f"({MAX_SPACE_ELEMENTS})"
+        )
+    return size
+
+
+def _flat_integers(values: Any, path: str) -> list[int]:
+    if isinstance(values, int):
+        return [values]
+    flat: list[int] = []
+    pending = [values]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list) and len(flat) + len(pending) + len(value) <= MAX_SPACE_ELEMENTS:
+            pending.extend(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            flat.append(value)
+        else:
+            raise ModelFileError(f"{path} is not a (nested) list of at most {MAX_SPACE_ELEMENTS} integers")
+    return flat
+
+
+def _declared_size(description: Mapping[str, Any], path: str) -> int:
+    """The size that a tagged description declares (0 for tags that allocate nothing by their declaration).
+
+    :raises ModelFileError: for a malformed size, or one over :data:`MAX_SPACE_ELEMENTS`.
+    """
+    tag = description.get("__type__")
+    if tag == "Box":
+        return _shape_size(description.get("shape"), f"{path}/shape")
+    if tag == "Discrete":
+        return _count(description.get("n"), f"{path}/n", minimum=1)
+    if tag == "MultiDiscrete":
+        nvec = _flat_integers(description.get("nvec"), f"{path}/nvec")
+        if min(nvec, default=1) < 1:
+            raise ModelFileError(f"{path}/nvec holds {min(nvec)}: expected positive integers")
+        return _count(sum(nvec), f"{path}/nvec (its sum)")
+    if tag == "MultiBinary":
+        n = description.get("n")
+        return _shape_size([n] if isinstance(n, int) else n, f"{path}/n")
+    if tag == "ndarray" and "tensor" not in description:  # a tensor's size is that of the file's bytes
+        return _shape_size(description.get("shape"), f"{path}/shape")
+    if tag == "deque" and description.get("maxlen") is not None:
+        _count(description.get("maxlen"), f"{path}/maxlen")
+    return 0
+
+
+class _SizeCheck:
+    """Adds up the sizes declared in a document, checking each (:data:`MAX_SPACE_ELEMENTS`) and their total
+    (:data:`MAX_FILE_ELEMENTS`). Iterative: a deeply nested document is no deeper a stack."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def walk(self, document: Any, path: str) -> None:
+        pending = [(document, path)]
+        while pending:
+            value, where = pending.pop()
+            if isinstance(value, list):
+                pending.extend((item, f"{where}/{i}") for i, item in enumerate(value))
+            elif isinstance(value, dict):
+                self.total += _declared_size(value, where)
+                if self.total > MAX_FILE_ELEMENTS:
+                    raise ModelFileError(
+                        f"{where}: the file declares spaces and arrays of more than sb3_ippo.serialization."
+                        f"MAX_FILE_ELEMENTS ({MAX_FILE_ELEMENTS}) elements in all"
+                    )
+                pending.extend((item, f"{where}/{key}") for key, item in value.items())
+
+
+def check_declared_sizes(entries: Mapping[str, Any]) -> None:
+    """Check the sizes that the encoded ``entries`` (by name) declare, before any is decoded.
+
+    :raises ModelFileError: naming the entry whose size is malformed or over :data:`MAX_SPACE_ELEMENTS`, or where the
+        total passes :data:`MAX_FILE_ELEMENTS`.
+    """
+    check = _SizeCheck()
+    for name, value in entries.items():
+        check.walk(value, name)
+
+
 def decode_space(description: Mapping[str, Any], path: str = "space") -> spaces.Space:
-    """The gymnasium space that :func:`encode_space` described."""
+    """The gymnasium space that :func:`encode_space` described.
+
+    :raises ModelFileError: for a description that is malformed, or declares a size over :data:`MAX_SPACE_ELEMENTS`
+        (checked before anything is built).
+    """
+    check_declared_sizes({path: description})
+    try:
+        return _decode_space(description, path)
+    except ModelFileError:
+        raise
+    except _DAMAGE_ERRORS as error:
+        raise ModelFileError(f"{path} is not a valid space description: {type(error).__name__}: {error}") from error
+
+
+def _decode_space(description: Mapping[str, Any], path: str) -> spaces.Space:
     tag = description["__type__"]
     inline = _Decoder(None)
     if tag == "Box":
@@ -369,7 +524,7 @@ def decode_space(description: Mapping[str, Any], path: str = "space") -> spaces.
     if tag == "MultiBinary":
         return spaces.MultiBinary(description["n"])
     if tag == "DictSpace":
-        return spaces.Dict({key: decode_space(sub, f"{path}/{key}") for key, sub in description["items"]})
+        return spaces.Dict({key: _decode_space(sub, f"{path}/{key}") for key, sub in description["items"]})
     raise UntrustedContentError(f"{path} describes an unknown space type {tag!r}")
 
 
@@ -546,39 +701,124 @@ def _read_bytes(path: PathOrFile) -> bytes:
     return path.read()
 
 
+# What decoding a damaged or crafted document raises (a missing key, a list where a dict belongs, an int too large
+# for numpy, nesting too deep, ...): translated into a ModelFileError that names the file and the entry.
+_DAMAGE_ERRORS: tuple[type[Exception], ...] = (
+    KeyError,
+    TypeError,
+    IndexError,
+    AttributeError,
+    ValueError,
+    OverflowError,
+    RecursionError,
+)
+# What rebuilding a model from a file's attributes raises when they do not fit together (an agent without a space, a
+# policy_kwargs that is not a dict). ValueError is not one of them: loading onto an env that does not match the
+# file's agents raises one, and says so.
+_REBUILD_ERRORS: tuple[type[Exception], ...] = (KeyError, TypeError, IndexError, AttributeError)
+
+
+@contextmanager
+def _file_errors(source: Any, doing: str, errors: tuple[type[Exception], ...] = _DAMAGE_ERRORS) -> Iterator[None]:
+    """Raise what ``errors`` (and a ModelFileError that does not name it) occur inside as a ModelFileError that names
+    ``source`` and what was being done."""
+    try:
+        yield
+    except ModelFileError as error:
+        if str(source) in str(error):
+            raise
+        raise type(error)(f"{source}: {error}") from error
+    except errors as error:
+        raise ModelFileError(
+            f"{source} is damaged, or was not written by sb3_ippo ({doing}): {type(error).__name__}: {error}"
+        ) from error
+
+
+def _entries(value: Any, source: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ModelFileError(f"{source}: its {what} are a {type(value).__name__}, not a dict of named entries")
+    return value
+
+
 def _safetensors_metadata(payload: bytes, source: Any) -> dict[str, Any]:
     header_size = int.from_bytes(payload[:8], "little")
+    if len(payload) < 8 or 8 + header_size > len(payload):
+        raise ModelFileError(
+            f"{source} is not a complete safetensors file: it has {len(payload)} bytes, its header announces "
+            f"{8 + header_size} or more (a truncated file?)"
+        )
     try:
         header = json.loads(payload[8 : 8 + header_size])
         document = json.loads(header["__metadata__"][METADATA_KEY])
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(
+    except _DAMAGE_ERRORS as error:
+        raise ModelFileError(
             f"{source} is not an sb3_ippo safetensors model: its header holds no '{METADATA_KEY}' metadata"
         ) from error
-    if document.get("format") != FORMAT_NAME:
-        raise ValueError(f"{source} is not an sb3_ippo model file (format {document.get('format')!r})")
-    if document.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(
-            f"{source} was written in format version {document['format_version']}, newer than this sb3_ippo reads "
-            f"({FORMAT_VERSION}): upgrade sb3_ippo"
+    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
+        raise ModelFileError(f"{source} is not an sb3_ippo model file (its '{METADATA_KEY}' metadata names no format)")
+    version = document.get("format_version", 0)
+    if not isinstance(version, int):
+        raise ModelFileError(f"{source}: its format_version is {version!r:.80}, not an integer")
+    if version > FORMAT_VERSION:
+        raise ModelFileError(
+            f"{source} was written in format version {version}, newer than this sb3_ippo reads ({FORMAT_VERSION}): "
+            "upgrade sb3_ippo"
         )
     return document
 
 
 def load_safetensors(path: PathOrFile) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read a file written by :func:`save_safetensors`: ``(attributes, parameters)``, tensors on the CPU.
-    JSON and tensors only: nothing is unpickled."""
+    JSON and tensors only: nothing is unpickled.
+
+    :raises ModelFileError: naming the file and the entry that is damaged, malformed, or over the size limits.
+    """
     payload = _read_bytes(path)
     document = _safetensors_metadata(payload, path)
+    attributes = _entries(document.get("attributes"), path, "attributes")
+    parameters = _entries(document.get("parameters"), path, "parameters")
+    with _file_errors(path, "checking the sizes it declares"):
+        check_declared_sizes({**attributes, **parameters})
     try:
-        decoder = _Decoder(load_safetensors_bytes(payload))
-        data = {name: decoder.decode(value, name) for name, value in document["attributes"].items()}
-        params = {name: decoder.decode(state, name) for name, state in document["parameters"].items()}
-    except UntrustedContentError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise ValueError(f"{path} is a damaged sb3_ippo safetensors file: {type(error).__name__}: {error}") from error
+        tensors = load_safetensors_bytes(payload)
+    except SafetensorError as error:
+        raise ModelFileError(f"{path} holds damaged or truncated tensors: {error}") from error
+    decoder = _Decoder(tensors)
+    data, params = {}, {}
+    for name, value in attributes.items():
+        with _file_errors(path, f"decoding the attribute {name!r}"):
+            data[name] = decoder.decode(value, name)
+    for name, state in parameters.items():
+        with _file_errors(path, f"decoding the parameters {name!r}"):
+            params[name] = decoder.decode(state, name)
     return data, params
+
+
+def _zip_payload(path: PathOrFile) -> io.BytesIO:
+    """The zip's bytes, checked to be a zip."""
+    payload = io.BytesIO(_read_zip_path(path) if isinstance(path, (str, pathlib.Path)) else _read_bytes(path))
+    if not zipfile.is_zipfile(payload):
+        raise ModelFileError(
+            f"{path} is neither a zip nor a safetensors model file ({len(payload.getvalue())} bytes; a truncated or "
+            "damaged file?)"
+        )
+    payload.seek(0)
+    return payload
+
+
+def _read_weights(payload: io.BytesIO, source: Any, device: th.device | str, trusted: bool, **kwargs: Any) -> tuple:
+    """SB3's ``load_from_zip_file`` (its ``.pth`` entries read with ``torch.load(weights_only=True)``)."""
+    try:
+        return load_from_zip_file(payload, device=device, **kwargs)
+    except pickle.UnpicklingError as error:
+        error_type = ModelFileError if trusted else UntrustedContentError
+        raise error_type(
+            f"{source} holds a weights file that torch.load(weights_only=True) refused: it needs more than tensors "
+            f"({error})." + ("" if trusted else " If you trust its source, load it with trusted=True.")
+        ) from error
+    except (ValueError, RuntimeError, EOFError, zipfile.BadZipFile) as error:
+        # SB3 reports a zip it cannot read as a ValueError; torch a damaged weights file as a RuntimeError.
+        raise ModelFileError(f"{source} is a damaged zip: {type(error).__name__}: {error}") from error
 
 
 def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -589,13 +829,13 @@ def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tu
 
     :raises UntrustedContentError: naming every pickled entry that has no safe description (or every pickled entry,
         for a zip saved without the twin), or a ``.pth`` file that needs more than tensors.
+    :raises ModelFileError: for a file that is not a zip, or whose ``data`` or twin is damaged or malformed.
     """
-    payload = io.BytesIO(_read_bytes(path) if not isinstance(path, (str, pathlib.Path)) else _read_zip_path(path))
-    try:
+    payload = _zip_payload(path)
+    with _file_errors(path, "reading its 'data' entry", (*_DAMAGE_ERRORS, zipfile.BadZipFile)):
         with zipfile.ZipFile(payload) as archive:
             raw = json.loads(archive.read("data")) if "data" in archive.namelist() else {}
-    except zipfile.BadZipFile as error:
-        raise ValueError(f"Error: the file {path} wasn't a zip-file") from error
+    raw = _entries(raw, path, "'data' entries")
     twin = raw.pop(JSON_STATE_KEY, None)
     pickled = [name for name, value in raw.items() if isinstance(value, dict) and ":serialized:" in value]
     data = {name: value for name, value in raw.items() if name not in pickled}
@@ -605,18 +845,19 @@ def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tu
             "sb3_ippo): loading it with trusted=False would need unpickling, which can run any code. If you trust its "
             "source, load it with trusted=True and re-save it (as .safetensors to share it safely)."
         )
+    twin = _entries(twin or {}, path, f"'{JSON_STATE_KEY}' entries")
+    described = _entries(twin.get("attributes", {}), path, "described attributes")
+    refused_reasons = _entries(twin.get("refused", {}), path, "refused attributes")
+    with _file_errors(path, "checking the sizes it declares"):
+        check_declared_sizes({name: described[name] for name in pickled if name in described})
     decoder = _Decoder(None)
     refused = {}
     for name in pickled:
-        if name in twin.get("attributes", {}):
-            try:
-                data[name] = decoder.decode(twin["attributes"][name], name)
-            except UntrustedContentError:
-                raise
-            except (KeyError, TypeError, ValueError, AttributeError) as error:
-                raise ValueError(f"{path} has a damaged description of {name!r}: {type(error).__name__}: {error}") from error
+        if name in described:
+            with _file_errors(path, f"decoding the description of {name!r}"):
+                data[name] = decoder.decode(described[name], name)
         else:
-            refused[name] = twin.get("refused", {}).get(name, "it has no safe description")
+            refused[name] = refused_reasons.get(name, "it has no safe description")
     if refused:
         details = "\n".join(f"- {name}: {reason}" for name, reason in refused.items())
         raise UntrustedContentError(
@@ -624,14 +865,25 @@ def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tu
             f"{details}\nIf you trust the file's source, load it with trusted=True."
         )
     payload.seek(0)
-    try:
-        _, params, _ = load_from_zip_file(payload, load_data=False, device=device)
-    except pickle.UnpicklingError as error:
-        raise UntrustedContentError(
-            f"{path} holds a weights file that torch.load(weights_only=True) refused: it needs more than tensors "
-            f"({error}). If you trust its source, load it with trusted=True."
-        ) from error
+    _, params, _ = _read_weights(payload, path, device, trusted=False, load_data=False)
     return data, params
+
+
+def load_zip_trusted(
+    path: PathOrFile, device: th.device | str = "auto", custom_objects: dict[str, Any] | None = None,
+    print_system_info: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SB3's zip loading, which unpickles (runs any code the file names): ``(attributes, parameters)``.
+
+    :raises ModelFileError: for a file that is not a zip, or a damaged one.
+    """
+    payload = _zip_payload(path)
+    data, params, _ = _read_weights(
+        payload, path, device, trusted=True, custom_objects=custom_objects, print_system_info=print_system_info
+    )
+    if data is not None:
+        data.pop(JSON_STATE_KEY, None)
+    return data or {}, params
 
 
 def _read_zip_path(path: str | pathlib.Path) -> bytes:
@@ -643,18 +895,205 @@ def _read_zip_path(path: str | pathlib.Path) -> bytes:
         file.close()
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Loading a model: read the file, set the attributes the model saves, rebuild the policies, load the weights
+# ----------------------------------------------------------------------------------------------------------------
+
+# The attributes that IPPO saves and sets outside ``__init__``: ``_use_env`` (the agents and their spaces) and
+# ``_setup_model`` (the learning-rate schedule, the names made from the agent ids). Every other attribute a file holds
+# is one that ``__init__`` sets, so the model ``load`` builds with ``_init_setup_model=False`` has it already.
+# (tests/test_safe_serialization.py checks, for trained models of several configurations, that nothing else is saved.)
+ATTRIBUTES_SET_AFTER_INIT = (
+    "n_envs",
+    "possible_agents",
+    "observation_spaces",
+    "action_spaces",
+    "observation_space",
+    "action_space",
+    "lr_schedule",
+    "_policy_keys",
+    "_log_names",
+)
+# What a model file must hold to be an IPPO model.
+REQUIRED_ATTRIBUTES = ("possible_agents", "policy_class", "policy_kwargs")
+REQUIRED_PARAMETERS = ("_policies",)
+
+
+def saved_attribute_names(model: BaseAlgorithm) -> frozenset[str]:
+    """The attributes that ``model.save`` writes, for a ``model`` built with ``_init_setup_model=False``: those it has
+    (and :data:`ATTRIBUTES_SET_AFTER_INIT`), but neither those excluded from saving nor the policies and optimizers,
+    which are saved as parameters."""
+    names = set(vars(model)).union(ATTRIBUTES_SET_AFTER_INIT).difference(model._excluded_save_params())
+    return frozenset(name for name in names if not _is_class_attribute(type(model), name))
+
+
+def restore_attributes(model: BaseAlgorithm, data: Mapping[str, Any], source: Any, safe: bool) -> None:
+    """Set on ``model`` (built with ``_init_setup_model=False``) the attributes that a file of ``source`` holds: only
+    names that ``model.save`` writes (:func:`saved_attribute_names`), never a name of the class (a method, a property).
+
+    :param safe: For a file that loads without unpickling (safetensors, ``trusted=False``): an unknown name is refused.
+        For a trusted zip it is skipped with a warning (see below).
+    :raises ModelFileError: naming the attributes that would shadow the class's, or (``safe``) that it does not save.
+    """
+    cls = type(model)
+    shadowing = sorted(name for name in data if _is_class_attribute(cls, name))
+    if shadowing:
+        raise ModelFileError(
+            f"{source} sets {shadowing}, which are methods or properties of {cls.__name__}: a file it saved never holds "
+            "them (a crafted or damaged file?)"
+        )
+    known = saved_attribute_names(model)
+    unknown = sorted(set(data).difference(known))
+    if unknown and safe:
+        raise ModelFileError(
+            f"{source} sets {unknown}, which {cls.__name__} does not save: a file that loads without unpickling may set "
+            f"only the attributes its model saves (a crafted file, or one of a newer sb3_ippo?)"
+        )
+    if unknown:
+        # SB3 sets every name a zip holds. A zip is a pickle of another version's __dict__ (SB3 and sb3_ippo add and
+        # rename attributes): a name this version does not define has no reader, so setting it changes nothing but the
+        # model's __dict__, and would keep a stale value that a later version might read. Skip it, and say so: if the
+        # loaded model behaves differently, the names are the first clue.
+        warnings.warn(
+            f"{source} holds attributes that {cls.__name__} (sb3_ippo {_package_version()}) does not have: {unknown}; "
+            "they are ignored (the file was saved by another version of sb3_ippo or stable-baselines3?)",
+            UserWarning,
+            stacklevel=3,
+        )
+    model.__dict__.update({name: value for name, value in data.items() if name in known})
+
+
+def _package_version() -> str:
+    from sb3_ippo import __version__  # here: the package imports this module
+
+    return __version__
+
+
+def _check_structure(data: Mapping[str, Any], source: Any) -> None:
+    """For a safe file: the attributes the model is rebuilt from are of the types it builds from."""
+    agents = data["possible_agents"]
+    if not isinstance(agents, list) or not agents or not all(isinstance(agent, str) for agent in agents):
+        raise ModelFileError(f"{source}: possible_agents is {agents!r:.80}, not a non-empty list of agent ids")
+    for name in ("observation_spaces", "action_spaces"):
+        spaces_of = data.get(name)
+        if not isinstance(spaces_of, dict) or not all(isinstance(spaces_of.get(agent), spaces.Space) for agent in agents):
+            raise ModelFileError(f"{source}: {name} does not map each of possible_agents {agents} to a space")
+    if not isinstance(data["policy_kwargs"], dict):
+        raise ModelFileError(f"{source}: policy_kwargs is {data['policy_kwargs']!r:.80}, not a dict")
+
+
+def check_optimizer_states(model: Any, source: Any) -> None:
+    """Every optimizer state tensor has the shape of its parameter (``load_state_dict`` does not check; a step would
+    fail, or broadcast).
+
+    :raises ModelFileError: naming the optimizer entry, the state and the shape expected.
+    """
+    for key, policy in model._policies.items():
+        optimizer = policy.optimizer
+        index = 0
+        for group in optimizer.param_groups:
+            for parameter in group["params"]:
+                for name, value in optimizer.state.get(parameter, {}).items():
+                    if isinstance(value, th.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                        raise ModelFileError(
+                            f"{source}: the entry '_policies.{key}.optimizer' state/{index}/{name} has the shape "
+                            f"{list(value.shape)}, expected that of its parameter, {list(parameter.shape)}"
+                        )
+                index += 1
+
+
+def read_model_file(
+    path: PathOrFile,
+    device: th.device | str = "auto",
+    trusted: bool = True,
+    custom_objects: dict[str, Any] | None = None,
+    print_system_info: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The attributes and parameters of the IPPO model file at ``path``, and whether it was read without unpickling
+    (a safetensors file, or a zip with ``trusted=False``).
+
+    :raises ModelFileError: for a file that is damaged, crafted, or not an IPPO model.
+    """
+    safetensors_path = safetensors_file(path)
+    if safetensors_path is not None:
+        data, params = load_safetensors(safetensors_path)
+    elif not trusted:
+        data, params = load_zip_untrusted(path, device=device)
+    else:
+        data, params = load_zip_trusted(path, device, custom_objects, print_system_info)
+    missing = [name for name in REQUIRED_ATTRIBUTES if name not in data]
+    missing += [f"parameters {name!r}" for name in REQUIRED_PARAMETERS if name not in params]
+    if missing:
+        raise ModelFileError(f"{path} is not an IPPO model: it holds no per-agent policies (no {', '.join(missing)})")
+    return data, params, safetensors_path is not None or not trusted
+
+
+def load_model(
+    cls: type[Any],
+    path: PathOrFile,
+    env: Any = None,
+    device: th.device | str = "auto",
+    trusted: bool = True,
+    custom_objects: dict[str, Any] | None = None,
+    print_system_info: bool = False,
+    kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """``IPPO.load``: read the file, build ``cls`` with ``_init_setup_model=False``, set the attributes the model saves
+    (:func:`restore_attributes`), adopt ``env`` (a MultiAgentVecEnv, or None), rebuild the policies, load the weights.
+
+    For a file read without unpickling, whatever fails because its content does not fit together (a missing agent, a
+    weight of the wrong shape, hyperparameters out of range) is a ModelFileError naming the file and the entry.
+    """
+    kwargs = dict(kwargs or {})
+    data, params, safe = read_model_file(path, device, trusted, custom_objects, print_system_info)
+    if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data["policy_kwargs"]:
+        raise ValueError(
+            f"The specified policy kwargs {kwargs['policy_kwargs']} differ from the stored ones {data['policy_kwargs']}"
+        )
+    with _file_errors(path, "restoring its attributes", _REBUILD_ERRORS if safe else ()):
+        if safe:
+            _check_structure(data, path)
+        data["policy_kwargs"].pop("device", None)
+        model = cls(policy=data["policy_class"], env=None, device=device, _init_setup_model=False)
+        restore_attributes(model, data, path, safe)
+        model.__dict__.update(kwargs)
+        if env is not None:
+            check_env_matches(model.possible_agents, model.observation_spaces, model.action_spaces, env)
+            model._use_env(env)
+    # Past the env check, a ValueError or RuntimeError comes from the file's content: invalid hyperparameters, the
+    # groups, a weight of the wrong shape, a missing optimizer (set_parameters).
+    with _file_errors(path, "rebuilding the model from it", (*_REBUILD_ERRORS, ValueError, RuntimeError) if safe else ()):
+        if safe:
+            model._check_hyperparameters()
+        model._setup_model()
+        model.set_parameters(params, exact_match=True, device=device)
+        if safe:
+            check_optimizer_states(model, path)
+    return model
+
+
 __all__ = [
     "ALLOWED_CLASSES",
+    "ATTRIBUTES_SET_AFTER_INIT",
     "JSON_STATE_KEY",
+    "MAX_FILE_ELEMENTS",
+    "MAX_SPACE_ELEMENTS",
     "POLICY_CLASSES",
+    "ModelFileError",
     "NotSerializableError",
     "UntrustedContentError",
+    "check_declared_sizes",
     "decode_space",
     "encode_space",
+    "load_model",
     "load_safetensors",
+    "load_zip_trusted",
     "load_zip_untrusted",
+    "read_model_file",
     "resolve_save_format",
+    "restore_attributes",
     "safetensors_file",
     "save_safetensors",
     "save_zip",
+    "saved_attribute_names",
 ]

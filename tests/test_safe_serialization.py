@@ -12,6 +12,9 @@ import io
 import json
 import pathlib
 import pickle
+import re
+import time
+import warnings
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,21 +25,26 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from mpe2 import simple_adversary_v3
 from safetensors import safe_open
 from safetensors.torch import save as save_safetensors_bytes
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.utils import LinearSchedule
 from torch import nn
 
-from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo import IPPO, make_vec_env, serialization
 from sb3_ippo.serialization import (
     JSON_STATE_KEY,
+    MAX_FILE_ELEMENTS,
+    MAX_SPACE_ELEMENTS,
+    ModelFileError,
     NotSerializableError,
     UntrustedContentError,
     decode_space,
     encode_space,
 )
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
+from tests.test_games import P2, tictactoe
 from tests.test_run import assert_same_parameters, parameters
 from tests.test_save_load import assert_same_actions, assert_same_optimizer_state, make_model, observation_batch
 
@@ -334,7 +342,7 @@ def test_a_damaged_safetensors_file_is_a_clear_error(
     _, path, _ = trained
     truncated_tuple = {"__type__": "tuple"}  # its "items" are missing
     forged_safetensors(tmp_path / "damaged.safetensors", path, lambda doc: doc["attributes"].update(seed=truncated_tuple))
-    with pytest.raises(ValueError, match=r"damaged sb3_ippo safetensors file: KeyError"):
+    with pytest.raises(ModelFileError, match=r"damaged\.safetensors.*'seed'.*KeyError"):
         IPPO.load(tmp_path / "damaged.safetensors")
 
 
@@ -398,3 +406,262 @@ def test_trusted_zip_loads_keep_no_trace_of_the_json_twin(trained: tuple[IPPO, A
     with zipfile.ZipFile(zip_path) as archive:
         assert JSON_STATE_KEY in json.loads(archive.read("data"))
     assert not hasattr(IPPO.load(zip_path), JSON_STATE_KEY)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Crafted and damaged files: one error type, ModelFileError, that names the file and what is wrong
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def models_built() -> Iterator[list[IPPO]]:
+    """Yields the list of the IPPO instances built meanwhile (``load`` builds one, then fills it from the file)."""
+    built: list[IPPO] = []
+    real_init = IPPO.__init__
+
+    def init(self: IPPO, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    IPPO.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield built
+    finally:
+        IPPO.__init__ = real_init  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("name", ["predict", "_setup_model", "policies", "__class__"])
+def test_a_safe_file_cannot_replace_a_method_or_property_of_the_model(
+    trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path, name: str
+) -> None:
+    _, path, _ = trained
+    forged_safetensors(tmp_path / "forged.safetensors", path, lambda doc: doc["attributes"].update({name: 1}))
+    with models_built() as built, pytest.raises(ModelFileError, match=rf"forged\.safetensors.*{re.escape(name)}"):
+        IPPO.load(tmp_path / "forged.safetensors")
+    assert built and all(name not in vars(model) for model in built), "nothing from the file was set"
+
+
+@pytest.mark.parametrize("name", ["surprise", "_learner", "buffers", "env"])
+def test_a_safe_file_cannot_set_an_attribute_the_model_does_not_save(
+    trained: tuple[IPPO, pathlib.Path, pathlib.Path], tmp_path: pathlib.Path, name: str
+) -> None:
+    _, path, zip_path = trained
+    forged_safetensors(tmp_path / "forged.safetensors", path, lambda doc: doc["attributes"].update({name: 1}))
+    with pytest.raises(ModelFileError, match=rf"forged\.safetensors.*{name}"):
+        IPPO.load(tmp_path / "forged.safetensors")
+    edited_zip(tmp_path / "forged.zip", zip_path, lambda data: data.update({name: 1}))
+    with pytest.raises(ModelFileError, match=rf"forged\.zip.*{name}"):
+        IPPO.load(tmp_path / "forged.zip", trusted=False)
+
+
+def edited_zip(path: pathlib.Path, source: pathlib.Path, edit: Any) -> None:
+    """A copy of the zip at ``source`` with its ``data`` entry (the JSON document) changed by ``edit``."""
+    with zipfile.ZipFile(source) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    data = json.loads(entries["data"])
+    edit(data)
+    entries["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+
+
+def test_a_trusted_zip_skips_an_attribute_it_does_not_know_with_a_warning(
+    trained: tuple[IPPO, Any, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    model, _, zip_path = trained
+    edited_zip(tmp_path / "newer.zip", zip_path, lambda data: data.update(attribute_of_a_newer_version=1))
+    with pytest.warns(UserWarning, match=r"newer\.zip.*attribute_of_a_newer_version.*ignored"):
+        loaded = IPPO.load(tmp_path / "newer.zip")
+    assert not hasattr(loaded, "attribute_of_a_newer_version")
+    assert_same_parameters(parameters(loaded), parameters(model))
+
+
+def test_a_trusted_zip_cannot_replace_a_method_of_the_model(
+    trained: tuple[IPPO, Any, pathlib.Path], tmp_path: pathlib.Path
+) -> None:
+    _, _, zip_path = trained
+    edited_zip(tmp_path / "shadowing.zip", zip_path, lambda data: data.update(predict=1))
+    with pytest.raises(ModelFileError, match=r"shadowing\.zip.*predict"):
+        IPPO.load(tmp_path / "shadowing.zip")
+
+
+def test_a_zip_saved_by_sb3_ippo_0_1_loads_without_a_warning_about_its_attributes() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = IPPO.load("tests/data/ippo_v0_1_dying_agents.zip", env=DyingAgentsEnv())
+    assert not [warning for warning in caught if "ignored" in str(warning.message)]
+    expected = np.load("tests/data/ippo_v0_1_dying_agents_expected.npz")
+    assert loaded.policy_version == int(expected["policy_version"])
+    for agent, policy in loaded.policies.items():
+        for name, p in policy.named_parameters():
+            np.testing.assert_array_equal(p.detach().numpy(), expected[f"{agent}/{name}"])
+
+
+def _trained_briefly(make: Any) -> IPPO:
+    model = make()
+    model.learn(48)
+    return model
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: make_model(make_vec_env(DyingAgentsEnv, n_envs=2, seed=0), normalize_obs=True),
+        lambda: make_model(simple_adversary_v3.parallel_env(N=3, max_cycles=5), share_parameters={"agent": True},
+                           groups={"agent": ["agent_0", "agent_1"]}, group_kwargs={"agent": dict(learning_rate=1e-3)}),
+        lambda: make_model(tictactoe(n_envs=2), opponents={P2: "random"}),
+        lambda: make_model(tictactoe(n_envs=2), share_parameters=True, self_play_pool=dict(snapshot_every=1, size=2)),
+        lambda: make_model(DyingAgentsEnv(), async_training=True),
+    ],
+    ids=["normalize_obs", "groups", "opponents", "self_play_pool", "async_training"],
+)
+def test_every_attribute_a_trained_model_saves_is_restored_by_a_safe_load(make: Any, tmp_path: pathlib.Path) -> None:
+    model = _trained_briefly(make)
+    model.save(tmp_path / "model.safetensors")
+    loaded = IPPO.load(tmp_path / "model.safetensors")
+    saved = serialization.save_data(model)
+    assert set(serialization.save_data(loaded)) == set(saved)
+    for name in ("policy_version", "num_timesteps", "possible_agents", "_policy_keys", "group_definition"):
+        assert getattr(loaded, name) == getattr(model, name), name
+
+
+@pytest.mark.parametrize("suffix", ["safetensors", "zip"])
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "empty"])
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_truncated_or_garbled_file_is_a_model_file_error_naming_it(
+    trained: tuple[IPPO, pathlib.Path, pathlib.Path], tmp_path: pathlib.Path, suffix: str, damage: str, trusted: bool
+) -> None:
+    _, safetensors_path, zip_path = trained
+    content = (safetensors_path if suffix == "safetensors" else zip_path).read_bytes()
+    damaged = {
+        "truncated": content[: len(content) // 2],
+        "garbled": bytes(np.random.default_rng(0).integers(0, 256, len(content), dtype=np.uint8)),
+        "empty": b"",
+    }[damage]
+    path = tmp_path / f"damaged_model.{suffix}"
+    path.write_bytes(damaged)
+    with pytest.raises(ModelFileError, match=r"damaged_model\." + suffix):
+        IPPO.load(path, trusted=trusted)
+
+
+def _set(document: dict, keys: tuple, value: Any) -> None:
+    for key in keys[:-1]:
+        document = document[key]
+    document[keys[-1]] = value
+
+
+def _delete(document: dict, keys: tuple) -> None:
+    for key in keys[:-1]:
+        document = document[key]
+    del document[keys[-1]]
+
+
+BIAS = {"__type__": "tensor", "name": "_policies/agent_agent_0.action_net.bias"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda doc: _delete(doc, ("attributes", "possible_agents")), "possible_agents"),
+        (lambda doc: _delete(doc, ("parameters", "_policies")), "_policies"),
+        (lambda doc: _delete(doc, ("parameters", "_policies", "agent_agent_0.action_net.weight")),
+         "agent_agent_0.action_net.weight"),
+        (lambda doc: _delete(doc, ("parameters", "_policies.agent_agent_1.optimizer")), "_policies.agent_agent_1.optimizer"),
+        (lambda doc: _set(doc, ("parameters", "_policies", "agent_agent_0.action_net.weight"), BIAS),
+         r"agent_agent_0.action_net.weight.*shape"),
+        (lambda doc: _set(doc, ("parameters", "_policies.agent_agent_0.optimizer", "state", "items", 0, 1, "exp_avg"), BIAS),
+         r"_policies.agent_agent_0.optimizer.*exp_avg.*shape"),
+        (lambda doc: _set(doc, ("attributes",), []), "attributes"),
+        (lambda doc: _set(doc, ("parameters",), "weights"), "parameters"),
+        (lambda doc: _set(doc, ("attributes", "possible_agents"), 3), "possible_agents"),
+        (lambda doc: _set(doc, ("attributes", "observation_spaces"), {"agent_0": 1}), "observation_spaces"),
+        (lambda doc: _set(doc, ("attributes", "n_epochs"), "many"), "n_epochs"),
+        (lambda doc: _set(doc, ("attributes", "policy_kwargs"), [16]), "policy_kwargs"),
+        (lambda doc: doc["attributes"]["possible_agents"].append("ghost"), "ghost"),
+        (lambda doc: _set(doc, ("parameters", "_policies", "agent_agent_0.action_net.bias"), {"__type__": "pickle"}),
+         "unknown type tag 'pickle'"),
+    ],
+    ids=[
+        "possible_agents missing", "_policies missing", "a weight missing", "an optimizer missing",
+        "a weight of the wrong shape", "an optimizer state of the wrong shape", "attributes not a dict",
+        "parameters not a dict", "possible_agents not a list", "a space not a space", "n_epochs not a number",
+        "policy_kwargs not a dict", "an agent without spaces", "an unknown tag",
+    ],
+)
+def test_a_crafted_or_damaged_document_is_a_model_file_error_naming_the_entry(
+    trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path, edit: Any, message: str
+) -> None:
+    _, path, _ = trained
+    forged_safetensors(tmp_path / "crafted.safetensors", path, edit)
+    with pytest.raises(ModelFileError, match=r"crafted\.safetensors(.|\n)*" + message):
+        IPPO.load(tmp_path / "crafted.safetensors")
+
+
+@contextmanager
+def no_large_allocation(limit: int = 1_000_000) -> Iterator[None]:
+    """Make gymnasium's Box refuse to be built with more than ``limit`` elements (so no test allocates one)."""
+    real_init = spaces.Box.__init__
+
+    def init(self: spaces.Box, low: Any, high: Any, shape: Any = None, *args: Any, **kwargs: Any) -> None:
+        size = np.prod(shape if shape is not None else np.shape(low), dtype=object)
+        assert size <= limit, f"a Box of {size} elements was built"
+        real_init(self, low, high, shape, *args, **kwargs)
+
+    spaces.Box.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        spaces.Box.__init__ = real_init  # type: ignore[method-assign]
+
+
+def test_a_huge_declared_box_is_refused_before_anything_is_allocated(
+    trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path
+) -> None:
+    _, path, _ = trained
+    huge = {"__type__": "Box", "low": 0.0, "high": 1.0, "shape": [2**20, 2**20], "dtype": "<f4"}
+    forged_safetensors(tmp_path / "huge.safetensors", path,
+                       lambda doc: doc["attributes"]["observation_spaces"].update(agent_0=huge))
+    start = time.perf_counter()
+    message = r"huge\.safetensors.*observation_spaces/agent_0.*MAX_SPACE_ELEMENTS"
+    with no_large_allocation(), pytest.raises(ModelFileError, match=message):
+        IPPO.load(tmp_path / "huge.safetensors")
+    assert time.perf_counter() - start < 5.0
+
+
+def test_declared_sizes_add_up_over_the_whole_file(trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path) -> None:
+    _, path, _ = trained
+    n_spaces = MAX_FILE_ELEMENTS // MAX_SPACE_ELEMENTS + 1
+    large = {"__type__": "Box", "low": 0.0, "high": 1.0, "shape": [MAX_SPACE_ELEMENTS], "dtype": "|u1"}
+    forged_safetensors(tmp_path / "many.safetensors", path,
+                       lambda doc: doc["attributes"].update(observation_spaces={f"a{i}": large for i in range(n_spaces)}))
+    with no_large_allocation(), pytest.raises(ModelFileError, match=r"many\.safetensors.*MAX_FILE_ELEMENTS"):
+        IPPO.load(tmp_path / "many.safetensors")
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        {"__type__": "Box", "low": 0.0, "high": 1.0, "shape": [2**62], "dtype": "<f4"},
+        {"__type__": "Box", "low": 0.0, "high": 1.0, "shape": [-1, 2], "dtype": "<f4"},
+        {"__type__": "Box", "low": 0.0, "high": 1.0, "shape": "64", "dtype": "<f4"},
+        {"__type__": "Discrete", "n": 2**40, "start": 0, "dtype": "<i8"},
+        {"__type__": "MultiDiscrete", "nvec": [2**40, 2], "start": [0, 0], "dtype": "<i8"},
+        {"__type__": "MultiBinary", "n": [2**20, 2**20]},
+        {"__type__": "DictSpace", "items": [["image", {"__type__": "Box", "high": 1.0, "shape": [1], "dtype": "<f4", "low": {
+            "__type__": "ndarray", "dtype": "<f4", "shape": [2**40], "data": [0.0]}}]]},
+    ],
+    ids=["Box shape", "Box negative shape", "Box shape not a list", "Discrete n", "MultiDiscrete nvec", "MultiBinary n",
+         "inline array in a Dict"],
+)
+def test_a_space_description_over_the_limits_is_refused_before_allocation(description: dict) -> None:
+    with no_large_allocation(), pytest.raises(ModelFileError, match="space"):
+        decode_space(description)
+
+
+def test_a_huge_deque_maxlen_is_refused(trained: tuple[IPPO, pathlib.Path, Any], tmp_path: pathlib.Path) -> None:
+    _, path, _ = trained
+    forged_safetensors(tmp_path / "deque.safetensors", path,
+                       lambda doc: doc["attributes"]["ep_info_buffer"].update(maxlen=2**62))
+    with pytest.raises(ModelFileError, match=r"deque\.safetensors.*ep_info_buffer.*maxlen"):
+        IPPO.load(tmp_path / "deque.safetensors")

@@ -21,7 +21,6 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
@@ -579,39 +578,15 @@ class IPPO(BaseAlgorithm):
         :param trusted: For a zip: True unpickles its pickled entries as SB3 does, which runs any code the file
             names: only for files from a trusted source. False unpickles nothing, and refuses a zip with an entry
             that only unpickling could restore. A safetensors file never unpickles anything, whatever this says.
-        :raises ValueError: if the file is not an IPPO model, or ``env``'s agents or spaces differ (naming the agent).
-        :raises sb3_ippo.serialization.UntrustedContentError: with ``trusted=False``, naming the entries that would
-            need unpickling.
+        :raises ModelFileError: (``sb3_ippo.serialization.ModelFileError``, a ValueError) if the file is damaged,
+            crafted or not an IPPO model, naming the file and what is wrong. A file read without unpickling (safetensors,
+            or ``trusted=False``) sets only the attributes the model saves, within ``serialization.MAX_SPACE_ELEMENTS``.
+        :raises sb3_ippo.serialization.UntrustedContentError: (a ModelFileError) with ``trusted=False``, naming the
+            entries that would need unpickling.
+        :raises ValueError: if ``env``'s agents or spaces differ from the model's (naming the agent).
         """
-        data: dict[str, Any] | None
-        safetensors_path = serialization.safetensors_file(path)
-        if safetensors_path is not None:
-            data, params = serialization.load_safetensors(safetensors_path)
-        elif not trusted:
-            data, params = serialization.load_zip_untrusted(path, device=device)
-        else:
-            data, params, _ = load_from_zip_file(
-                path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
-            )
-            if data is not None:
-                data.pop(serialization.JSON_STATE_KEY, None)
-        if data is None or params is None or "possible_agents" not in data or "_policies" not in params:
-            raise ValueError(f"{path} is not an IPPO model: it holds no per-agent policies")
-        if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data["policy_kwargs"]:
-            raise ValueError(
-                f"The specified policy kwargs {kwargs['policy_kwargs']} differ from the stored ones {data['policy_kwargs']}"
-            )
-        data["policy_kwargs"].pop("device", None)
-        model = cls(policy=data["policy_class"], env=None, device=device, _init_setup_model=False)
-        model.__dict__.update(data)
-        model.__dict__.update(kwargs)
-        if env is not None:
-            vec_env = as_multiagent_vec_env(env)
-            check_env_matches(model.possible_agents, model.observation_spaces, model.action_spaces, vec_env)
-            model._use_env(vec_env)
-        model._setup_model()
-        model.set_parameters(params, exact_match=True, device=device)
-        return model
+        vec_env = None if env is None else as_multiagent_vec_env(env)
+        return serialization.load_model(cls, path, vec_env, device, trusted, custom_objects, print_system_info, kwargs)
 
     # ----------------------------------------------------------------------------------------------------------
     # Training: collect -> drain -> recompute values -> GAE -> update -> apply
