@@ -230,7 +230,7 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
         vec_env = common.peer_vec_env(task.make_env(**kwargs), n_envs, seed)
         settings = SMOKE_PEER if smoke else PEER_SETTINGS[algo]
         peer = common.make_peer(vec_env, seed, policy=task.policy, **settings)
-        shape = peer.observation_space.shape
+        shape = vec_env.observation_space.shape  # padded, before SB3 transposes images to channel-first
         assert shape is not None
         recorder = common.EpisodeRecorder(agents, peer=True)
 
