@@ -108,6 +108,13 @@ COLORS = {"ippo": "tab:blue", "peer": "tab:orange", "peer_sb3_defaults": "tab:re
 SMOKE_PEER = {"n_steps": 25, "batch_size": 50}
 
 
+def label(algo: str, smoke: bool) -> str:
+    """The configuration named beside every figure (``--smoke`` shrinks the peer's and skrl's rollouts)."""
+    if smoke and algo != "ippo":
+        return f"{LABELS[algo]}; --smoke: n_steps {SMOKE_PEER['n_steps']}/entry, batch {SMOKE_PEER['batch_size']}"
+    return LABELS[algo]
+
+
 def sisl_env(*names: str) -> Callable[..., ParallelEnv]:
     """The first of the sisl env modules ``names`` that the installed PettingZoo has (its ``parallel_env``)."""
     for name in names:
@@ -333,7 +340,7 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
                 "finished_early": any(t[2] for t in timed),
                 "eval_deterministic": float(np.mean(evals)),
                 "train_seconds": float(np.mean([r["train_seconds"] for r in runs])),
-                "peer_configuration": LABELS[algo],
+                "peer_configuration": label(algo, args.smoke),
             }
             if TASKS[task_name].cross_play and opponents:
                 good, adversary = zip(*(cross_play_scores(r["learner"], opponents[r["seed"]], args) for r in runs
@@ -457,10 +464,10 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
             median = statistics.median(values)
             rows.append({"task": task_name, "algo": algo, "env_steps_per_s": median, "min": min(values), "max": max(values),
                          "ratio_to_peer": median / peer, "rounds": len(values), "env_steps_per_round": args.throughput_steps,
-                         "configuration": LABELS[algo]})
+                         "configuration": label(algo, args.smoke)})
     lines = [common.machine_description(),
              f"env steps/s, median over {args.rounds} rounds of {args.throughput_steps:,} env steps (fresh learners, order "
-             "rotated every round); ratio: to the 'peer' row (SB3 PPO + SuperSuit, n_steps 256 per entry, batch 256).",
+             "rotated every round); ratio: to the 'peer' row (its configuration beside it).",
              f"{'task':<27}{'algorithm':<19}{'env steps/s':>12}{'min':>9}{'max':>9}{'x peer':>8}  configuration"]
     lines += [f"{r['task']:<27}{r['algo']:<19}{r['env_steps_per_s']:>12,.0f}{r['min']:>9,.0f}{r['max']:>9,.0f}"
               f"{r['ratio_to_peer']:>8.2f}  {r['configuration']}" for r in rows]
