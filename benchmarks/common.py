@@ -97,7 +97,11 @@ def make_peer_env(env_name: str, n_envs: int, seed: int, kwargs: dict[str, Any])
 
     In-process copies (``num_cpus=0``), as IPPO's ``"dummy"`` vec env.
     """
-    env = env_fn(env_name)(**kwargs)
+    return peer_vec_env(env_fn(env_name)(**kwargs), n_envs, seed)
+
+
+def peer_vec_env(env: ParallelEnv, n_envs: int, seed: int) -> VecEnv:
+    """``make_peer_env`` for any parallel env: padded, one ``VecEnv`` entry per agent of each of ``n_envs`` copies."""
     env = ss.pad_observations_v0(env)
     env = ss.pad_action_space_v0(env)
     vec_env = ss.pettingzoo_env_to_vec_env_v1(env)
@@ -123,9 +127,10 @@ class SeedableSB3VecEnv(SB3VecEnvWrapper):
         return observations
 
 
-def make_peer(env: VecEnv, seed: int, **hyperparameters: Any) -> PPO:
-    hyperparameters.setdefault("policy_kwargs", {"net_arch": NET_ARCH})
-    return PPO("MlpPolicy", env, seed=seed, device="cpu", **hyperparameters)
+def make_peer(env: VecEnv, seed: int, policy: str = "MlpPolicy", **hyperparameters: Any) -> PPO:
+    if policy == "MlpPolicy":
+        hyperparameters.setdefault("policy_kwargs", {"net_arch": NET_ARCH})
+    return PPO(policy, env, seed=seed, device="cpu", **hyperparameters)
 
 
 class EpisodeRecorder(BaseCallback):
@@ -142,6 +147,10 @@ class EpisodeRecorder(BaseCallback):
         self.peer = peer
         self.episodes: list[dict[str, float]] = []
         self._returns: np.ndarray | None = None
+        self.start_time = time.perf_counter()
+
+    def _on_training_start(self) -> None:
+        # The clock covers ``learn`` only, not building the model.
         self.start_time = time.perf_counter()
 
     def env_steps(self) -> int:
@@ -178,23 +187,32 @@ class EpisodeRecorder(BaseCallback):
 def evaluate_peer(model: PPO, env_name: str, kwargs: dict[str, Any], n_episodes: int, seed: int, deterministic: bool) -> dict:
     """Team and per-agent returns of the peer over ``n_episodes`` episodes of one raw copy (padded as in training)."""
     env = ss.pad_action_space_v0(ss.pad_observations_v0(env_fn(env_name)(**kwargs)))
-    return _evaluate(lambda obs: model.predict(obs, deterministic=deterministic)[0], env, n_episodes, seed, stacked=True)
+    return evaluate_model(model, env, n_episodes, seed, deterministic, stacked=True)
 
 
 def evaluate_ippo(model: Any, env_name: str, kwargs: dict[str, Any], n_episodes: int, seed: int, deterministic: bool) -> dict:
     env = env_fn(env_name)(**kwargs)
-    return _evaluate(lambda obs: model.predict(obs, deterministic=deterministic)[0], env, n_episodes, seed, stacked=False)
+    return evaluate_model(model, env, n_episodes, seed, deterministic, stacked=False)
+
+
+def evaluate_model(model: Any, env: ParallelEnv, n_episodes: int, seed: int, deterministic: bool, stacked: bool) -> dict:
+    """``evaluate_ippo`` (``stacked=False``) or ``evaluate_peer`` (``stacked=True``, ``env`` padded) on a given env."""
+    return evaluate_episodes(lambda obs: model.predict(obs, deterministic=deterministic)[0], env, n_episodes, seed, stacked)
 
 
 def evaluate_random(env_name: str, kwargs: dict[str, Any], n_episodes: int, seed: int) -> dict:
-    env = env_fn(env_name)(**kwargs)
+    return evaluate_random_env(env_fn(env_name)(**kwargs), n_episodes, seed)
+
+
+def evaluate_random_env(env: ParallelEnv, n_episodes: int, seed: int) -> dict:
+    """``evaluate_random`` on a given parallel env."""
     env.reset(seed=seed)
     for agent in env.possible_agents:
         env.action_space(agent).seed(seed)
-    return _evaluate(None, env, n_episodes, seed, stacked=False)
+    return evaluate_episodes(None, env, n_episodes, seed, stacked=False)
 
 
-def _evaluate(act: Callable[[Any], Any] | None, env: ParallelEnv, n_episodes: int, seed: int, stacked: bool) -> dict:
+def evaluate_episodes(act: Callable[[Any], Any] | None, env: ParallelEnv, n_episodes: int, seed: int, stacked: bool) -> dict:
     """Run episodes on one copy. ``act`` maps the agents' observations, stacked in one array (the peer: one network
     for all) or as a dict (IPPO), to their actions; None: random actions."""
     totals: dict[str, list[float]] = defaultdict(list)

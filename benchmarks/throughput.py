@@ -43,6 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
+import numpy as np
+
 from sb3_ippo import IPPO
 
 ENV_NAME = "simple_spread_v3"
@@ -85,74 +87,120 @@ def build_skrl(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> C
     skrl's PettingZoo wrapper steps one env copy (it has no vectorization for PettingZoo envs), so skrl runs 1 copy
     for ``rollouts = peer_n_steps x n_envs`` steps per update: the same samples per agent per update as the others.
     """
-    import dataclasses
+    learner = SkrlIPPO(
+        common.env_fn(ENV_NAME)(**kwargs), seed, rollouts=args.peer_n_steps * args.n_envs, n_epochs=args.n_epochs,
+        batch_size=args.batch_size, learning_rate=3e-4,
+    )
+    return learner.learn
 
-    import torch.nn as nn
-    from skrl.envs.wrappers.torch import wrap_env
-    from skrl.memories.torch import RandomMemory
-    from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
-    from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
-    from skrl.multi_agents.torch.ippo import IPPO_CFG
-    from skrl.trainers.torch import SequentialTrainer
-    from skrl import logger as skrl_logger
-    from skrl.utils import set_seed
 
-    # skrl's info messages ("Environment closed", ...) add nothing to the table, and its handler holds the stdout
-    # of the moment of import, which pytest closes before skrl's last message.
-    skrl_logger.setLevel("WARNING")
+class SkrlIPPO:
+    """skrl's IPPO (``skrl.multi_agents.torch.ippo``) on one copy of a PettingZoo parallel env, 64x64 MLPs per agent.
 
-    def mlp(n_in: int, n_out: int) -> nn.Module:
-        return nn.Sequential(nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_out))
+    Discrete actions get a categorical policy, Box actions a Gaussian one (state-independent log std). skrl flattens
+    every observation, so image observations go through the MLP flat. ``policy_networks`` maps each agent to its
+    policy, for acting outside skrl (``act``). ``rollouts`` steps per update, ``n_epochs`` passes in minibatches of
+    about ``batch_size``, no KL stop.
+    """
 
-    class Policy(CategoricalMixin, Model):
-        def __init__(self, observation_space: Any, action_space: Any) -> None:
-            Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
-            CategoricalMixin.__init__(self, unnormalized_log_prob=True)
-            self.net = mlp(self.num_observations, self.num_actions)
+    def __init__(self, env: Any, seed: int, rollouts: int, n_epochs: int, batch_size: int, learning_rate: float) -> None:
+        import dataclasses
 
-        def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
-            return self.net(inputs["observations"]), {}
+        import gymnasium
+        import torch as th
+        import torch.nn as nn
+        from skrl import logger as skrl_logger
+        from skrl.envs.wrappers.torch import wrap_env
+        from skrl.memories.torch import RandomMemory
+        from skrl.models.torch import CategoricalMixin, DeterministicMixin, GaussianMixin, Model
+        from skrl.multi_agents.torch.ippo import IPPO, IPPO_CFG
+        from skrl.utils import set_seed
 
-    class Value(DeterministicMixin, Model):
-        def __init__(self, observation_space: Any, action_space: Any) -> None:
-            Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
-            DeterministicMixin.__init__(self)
-            self.net = mlp(self.num_observations, 1)
+        # skrl's info messages ("Environment closed", ...) add nothing to the table, and its handler holds the stdout
+        # of the moment of import, which pytest closes before skrl's last message.
+        skrl_logger.setLevel("WARNING")
 
-        def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
-            return self.net(inputs["observations"]), {}
+        def mlp(n_in: int, n_out: int) -> nn.Module:
+            return nn.Sequential(nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_out))
 
-    set_seed(seed)
-    env = wrap_env(common.env_fn(ENV_NAME)(**kwargs), wrapper="pettingzoo")
-    agents = env.possible_agents
-    rollouts = args.peer_n_steps * args.n_envs
-    models = {
-        agent: {
-            "policy": Policy(env.observation_space(agent), env.action_space(agent)),
-            "value": Value(env.observation_space(agent), env.action_space(agent)),
+        class CategoricalPolicy(CategoricalMixin, Model):
+            def __init__(self, observation_space: Any, action_space: Any) -> None:
+                Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+                CategoricalMixin.__init__(self, unnormalized_log_prob=True)
+                self.net = mlp(self.num_observations, self.num_actions)
+
+            def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
+                return self.net(inputs["observations"]), {}
+
+        class GaussianPolicy(GaussianMixin, Model):
+            def __init__(self, observation_space: Any, action_space: Any) -> None:
+                Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+                GaussianMixin.__init__(self, clip_actions=True)
+                self.net = mlp(self.num_observations, self.num_actions)
+                self.log_std = nn.Parameter(th.zeros(self.num_actions))
+
+            def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
+                return self.net(inputs["observations"]), {"log_std": self.log_std}
+
+        class Value(DeterministicMixin, Model):
+            def __init__(self, observation_space: Any, action_space: Any) -> None:
+                Model.__init__(self, observation_space=observation_space, action_space=action_space, device="cpu")
+                DeterministicMixin.__init__(self)
+                self.net = mlp(self.num_observations, 1)
+
+            def compute(self, inputs: dict, role: str = "") -> tuple:  # type: ignore[override]
+                return self.net(inputs["observations"]), {}
+
+        set_seed(seed)
+        self.env = wrap_env(env, wrapper="pettingzoo")
+        agents = self.env.possible_agents
+        models = {}
+        for agent in agents:
+            observation_space, action_space = self.env.observation_space(agent), self.env.action_space(agent)
+            policy = CategoricalPolicy if isinstance(action_space, gymnasium.spaces.Discrete) else GaussianPolicy
+            models[agent] = {
+                "policy": policy(observation_space, action_space), "value": Value(observation_space, action_space)
+            }
+        self.policy_networks = {agent: models[agent]["policy"] for agent in agents}
+        memories = {
+            agent: RandomMemory(memory_size=rollouts, num_envs=self.env.num_envs, device="cpu") for agent in agents
         }
-        for agent in agents
-    }
-    memories = {agent: RandomMemory(memory_size=rollouts, num_envs=env.num_envs, device="cpu") for agent in agents}
-    cfg = IPPO_CFG(
-        rollouts=rollouts, learning_epochs=args.n_epochs, mini_batches=max(rollouts // args.batch_size, 1),
-        learning_rate=3e-4, kl_threshold=0.0,
-    )
-    # skrl 2.1.1's IPPO_CFG rejects its own empty-dict defaults ("Specified keys (set()) do not match possible
-    # agents"): give every such field one empty dict per agent.
-    for field in dataclasses.fields(cfg):
-        if getattr(cfg, field.name) == {}:
-            setattr(cfg, field.name, {agent: {} for agent in agents})
-    agent = SkrlIPPO(
-        possible_agents=agents, models=models, memories=memories, observation_spaces=env.observation_spaces,
-        action_spaces=env.action_spaces, state_spaces=env.state_spaces, device="cpu", cfg=cfg,
-    )
+        cfg = IPPO_CFG(
+            rollouts=rollouts, learning_epochs=n_epochs, mini_batches=max(rollouts // batch_size, 1),
+            learning_rate=learning_rate, kl_threshold=0.0,
+        )
+        # skrl 2.1.1's IPPO_CFG rejects its own empty-dict defaults ("Specified keys (set()) do not match possible
+        # agents"): give every such field one empty dict per agent.
+        for field in dataclasses.fields(cfg):
+            if getattr(cfg, field.name) == {}:
+                setattr(cfg, field.name, {agent: {} for agent in agents})
+        self.agent = IPPO(
+            possible_agents=agents, models=models, memories=memories, observation_spaces=self.env.observation_spaces,
+            action_spaces=self.env.action_spaces, state_spaces=self.env.state_spaces, device="cpu", cfg=cfg,
+        )
 
-    def learn(timesteps: int) -> None:
+    def learn(self, timesteps: int) -> None:
+        """Train for ``timesteps`` steps of the one env copy."""
+        from skrl.trainers.torch import SequentialTrainer
+
         trainer_cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
-        SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
+        SequentialTrainer(env=self.env, agents=self.agent, cfg=trainer_cfg).train()
 
-    return learn
+    def act(self, agent: str, observation: Any, deterministic: bool) -> Any:
+        """One agent's action for its raw (PettingZoo) observation: the most likely or mean action if deterministic."""
+        import gymnasium
+        import torch as th
+
+        policy = self.policy_networks[agent]
+        space = self.env.action_space(agent)
+        flat = th.as_tensor(gymnasium.spaces.flatten(self.env.observation_space(agent), observation), dtype=th.float32)
+        with th.no_grad():
+            output, _ = policy.compute({"observations": flat[None]})
+            if isinstance(space, gymnasium.spaces.Discrete):
+                logits = output[0]
+                return int(logits.argmax()) if deterministic else int(th.distributions.Categorical(logits=logits).sample())
+            action = output[0] if deterministic else policy.act({"observations": flat[None]})[0][0]
+        return np.clip(action.numpy(), space.low, space.high)
 
 
 BUILDERS: dict[str, Callable[[argparse.Namespace, dict[str, Any], int], Callable[[int], Any]]] = {

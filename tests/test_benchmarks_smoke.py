@@ -19,6 +19,7 @@ def load_benchmark(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -145,3 +146,27 @@ def test_cross_play_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         assert cell["adversary_return"] == pytest.approx(own["return/adversary_0"])
         assert cell["good_return"] == pytest.approx(own["return/agent_0"] + own["return/agent_1"])
     assert "ippo_shared_ppo" in capsys.readouterr().out and (tmp_path / "out" / "cross_play.csv").stat().st_size > 0
+
+
+def test_time_to_quality_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = load_benchmark("time_to_quality").main(
+        ["--smoke", "--tasks", "simple_spread_v3", "--algos", "ippo", "peer", "--out", str(tmp_path)]
+    )
+    assert {row["algo"] for row in rows} == {"ippo", "peer", "random"}
+    for algo in ("ippo", "peer"):
+        with open(tmp_path / "runs" / f"simple_spread_v3_{algo}_seed0.csv") as file:
+            header = file.readline().strip().split(",")
+            assert header[:7] == ["algo", "task", "seed", "episode", "env_steps", "wall_seconds", "episode_return"]
+            assert len(file.readlines()) == 8  # 200 env steps of 25-step episodes
+    table = capsys.readouterr().out
+    assert "equal steps" in table and "equal time" in table and "n_steps 256/entry, batch 256" in table
+    assert (tmp_path / "time_to_quality_simple_spread_v3.png").stat().st_size > 0
+
+
+def test_time_to_quality_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = load_benchmark("time_to_quality").main(
+        ["--throughput", "--smoke", "--tasks", "simple_spread_v3", "--algos", "ippo", "peer", "--rounds", "1",
+         "--throughput-steps", "50", "--out", str(tmp_path)]
+    )
+    assert {row["algo"] for row in rows} == {"ippo", "peer"} and all(row["env_steps_per_s"] > 0 for row in rows)
+    assert "x peer" in capsys.readouterr().out
