@@ -87,3 +87,33 @@ def check_env_matches(
                 raise ValueError(
                     f"Agent {agent!r}: the env's {kind} space {env_space} differs from the model's {model_space}"
                 )
+
+
+def no_update_message(
+    steps: int, policy_version: int, n_steps: int | None, n_episodes: int | None, counts: Sequence[tuple[int, int]]
+) -> str:
+    """What to say when ``learn`` spent ``steps`` env steps without a single update, and what would give one.
+
+    :param counts: Each agent that acted: its fresh finished trajectories and their transitions (``fresh_counts``).
+    """
+    if n_steps is not None:
+        trigger, wanted, column, unit = "n_steps", n_steps, 1, "transitions in finished trajectories"
+    else:
+        trigger, wanted, column, unit = "n_episodes", n_episodes or 0, 0, "finished trajectories"
+    have = min((count[column] for count in counts), default=0)
+    lower = f", or lower {trigger}" if wanted > 1 else ""
+    if have > 0:
+        advice = (
+            f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
+            f"again with reset_num_timesteps=False){lower}."
+        )
+    else:
+        advice = (
+            "No trajectory finished within the budget: raise total_timesteps, or cut episodes with "
+            f"max_episode_steps or rollout_len{lower}."
+        )
+    return (
+        f"IPPO.learn ended after {steps} env steps without a single update (policy_version is still "
+        f"{policy_version}): an update needs {trigger}={wanted} {unit} from every agent that acted, and the "
+        f"agent with the fewest has {have}. {advice}"
+    )

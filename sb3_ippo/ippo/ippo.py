@@ -8,7 +8,6 @@ import inspect
 import io
 import numbers
 import pathlib
-import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -32,12 +31,12 @@ from sb3_ippo.export import export_agent
 from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
-from sb3_ippo.ippo.checks import check_agent_spaces, check_env_matches, check_policy_fits
+from sb3_ippo.ippo.checks import check_agent_spaces, check_env_matches, no_update_message
+from sb3_ippo.ippo.networks import group_policy_class, make_group_policies, module_keys
 from sb3_ippo.ippo.logs import dump_logs, log_names, record_update
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-from sb3_ippo.masking import policy_for_agent
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.preprocessing import policy_observation_space, to_env_action
+from sb3_ippo.preprocessing import to_env_action
 from sb3_ippo.self_play import FrozenSeats, SnapshotOpponent, make_frozen_seats
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.learner import LearnerProcess
@@ -54,17 +53,6 @@ def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
     if isinstance(obs, dict):
         return {key: value[rows] for key, value in obs.items()}
     return obs[rows]
-
-
-def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
-    """Keys that ``nn.ModuleDict`` and SB3's dotted save names accept, one per agent id, unique and readable."""
-    keys: dict[AgentID, str] = {}
-    for index, agent in enumerate(agent_ids):
-        key = "agent_" + re.sub(r"\W", "_", str(agent))
-        if key in keys.values():
-            key = f"{key}_{index}"
-        keys[agent] = key
-    return keys
 
 
 class IPPO(BaseAlgorithm):
@@ -396,39 +384,20 @@ class IPPO(BaseAlgorithm):
         self._update_settings = {
             name: UpdateSettings.from_values(vars(self), group.settings) for name, group in self._agent_groups.items()
         }
-        policies: dict[str, nn.Module] = {}
-        for group in self._agent_groups.values():
-            policy_class = self._group_policy_class(group)
-            policy_kwargs = group.settings.get("policy_kwargs", self.policy_kwargs)
-            learning_rate = group.settings.get("learning_rate")
-            lr_schedule = self.lr_schedule if learning_rate is None else FloatSchedule(learning_rate)
-            shared = None
-            for agent in group.agents:
-                # A masked agent (an action_mask in its observation) gets sb3-contrib's maskable policy (masking.py).
-                agent_class, agent_space = policy_for_agent(
-                    agent, policy_class, self.observation_spaces[agent], self.action_spaces[agent]
-                )
-                if agent_class is policy_class:
-                    check_policy_fits(agent, policy_class, self.observation_spaces[agent])
-                if shared is None or not group.share_parameters:
-                    try:
-                        shared = agent_class(  # type: ignore[call-arg]
-                            policy_observation_space(agent_space),
-                            self.action_spaces[agent],
-                            lr_schedule,
-                            **policy_kwargs,
-                        ).to(self.device)
-                    except AssertionError as error:
-                        if "NatureCNN" not in str(error):
-                            raise
-                        raise ValueError(
-                            f"Agent {agent!r} has the observation space {self.observation_spaces[agent]}, not an image: "
-                            f"{policy_class.__name__} ('CnnPolicy') needs images (uint8, values 0-255, height x width x "
-                            "channels); use 'MlpPolicy' for vector observations (for one group of agents only: "
-                            "group_kwargs={group: dict(policy=...)})"
-                        ) from error
-                policies[self._policy_keys[agent]] = shared
-        self._policies = nn.ModuleDict(policies)
+        policies = {
+            agent: policy
+            for group in self._agent_groups.values()
+            for agent, policy in make_group_policies(
+                group,
+                group_policy_class(group, self.policy_class, self.policy_aliases),  # type: ignore[arg-type]
+                self.observation_spaces,
+                self.action_spaces,
+                self._group_lr_schedule(group),
+                group.settings.get("policy_kwargs", self.policy_kwargs),
+                self.device,
+            ).items()
+        }
+        self._policies = nn.ModuleDict({self._policy_keys[agent]: policy for agent, policy in policies.items()})
         if self.normalize_obs:
             self.obs_normalizers = self._per_agent(
                 lambda agent: ObservationNormalizer(self.observation_spaces[agent]), self.obs_normalizers
@@ -458,20 +427,9 @@ class IPPO(BaseAlgorithm):
         }
         return SnapshotOpponent(policies, preprocess)
 
-    def _group_policy_class(self, group: AgentGroup) -> type[ActorCriticPolicy]:
-        policy = group.settings.get("policy")
-        if policy is None:
-            return self.policy_class  # type: ignore[return-value]
-        if isinstance(policy, str):
-            if policy not in self.policy_aliases:
-                raise ValueError(
-                    f"group_kwargs[{group.name!r}]['policy'] is {policy!r}: use one of {list(self.policy_aliases)} or an "
-                    "ActorCriticPolicy subclass"
-                )
-            return self.policy_aliases[policy]  # type: ignore[return-value]
-        if not (isinstance(policy, type) and issubclass(policy, ActorCriticPolicy)):
-            raise TypeError(f"group_kwargs[{group.name!r}]['policy'] must be an ActorCriticPolicy subclass, got {policy!r}")
-        return policy
+    def _group_lr_schedule(self, group: AgentGroup) -> Schedule:
+        learning_rate = group.settings.get("learning_rate")
+        return self.lr_schedule if learning_rate is None else FloatSchedule(learning_rate)
 
     def _per_agent(self, make: Callable[[AgentID], Any], loaded: Mapping[AgentID, Any] | None = None) -> dict[AgentID, Any]:
         """One object per agent: ``loaded``'s (from a model file), else one from ``make``. Agents sharing parameters
@@ -673,29 +631,9 @@ class IPPO(BaseAlgorithm):
     def _warn_no_update(self) -> None:
         """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would
         give one: an SB3 habit such as ``n_steps=2048`` with ``learn(1000)`` would otherwise be a silent no-op."""
-        if self.n_steps is not None:
-            trigger, wanted, column, unit = "n_steps", self.n_steps, 1, "transitions in finished trajectories"
-        else:
-            trigger, wanted, column, unit = "n_episodes", self.n_episodes or 0, 0, "finished trajectories"
         counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
-        have = min((count[column] for count in counts), default=0)
         steps = self.num_timesteps - self._num_timesteps_at_start
-        lower = f", or lower {trigger}" if wanted > 1 else ""
-        if have > 0:
-            advice = (
-                f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
-                f"again with reset_num_timesteps=False){lower}."
-            )
-        else:
-            advice = (
-                "No trajectory finished within the budget: raise total_timesteps, or cut episodes with "
-                f"max_episode_steps or rollout_len{lower}."
-            )
-        message = (
-            f"IPPO.learn ended after {steps} env steps without a single update (policy_version is still "
-            f"{self.policy_version}): an update needs {trigger}={wanted} {unit} from every agent that acted, and the "
-            f"agent with the fewest has {have}. {advice}"
-        )
+        message = no_update_message(steps, self.policy_version, self.n_steps, self.n_episodes, counts)
         self.logger.warn(message)
         warnings.warn(message, UserWarning, stacklevel=3)
 
