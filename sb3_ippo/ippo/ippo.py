@@ -139,15 +139,15 @@ class IPPO(BaseAlgorithm):
     :param share_parameters: True (every group) or ``{group name: True}``: the group's agents use ONE policy (one
         set of weights, one optimizer, one observation and return normalizer) trained on all their trajectories, as
         SuperSuit + SB3 do for a whole env. ``model.policies[a] is model.policies[b]`` within such a group.
-    :param group_kwargs: ``{group name: {setting: value}}``: a group's own ``learning_rate``, ``n_epochs``,
-        ``batch_size``, ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
-        ``target_kl``, ``gamma``, ``gae_lambda``, ``time_limit_bootstrap``, ``normalize_advantage``,
-        ``shuffle_minibatches``, ``policy`` or ``policy_kwargs`` (e.g. ``MultiInputPolicy`` for one group and
-        ``MlpPolicy`` for another).
+    :param group_kwargs: ``{group name: {setting: value}}``: a group's own value of any update setting (the fields of
+        ``sb3_ippo.update.settings.UpdateSettings``: the learning rate, passes and minibatches, clipping, loss
+        coefficients, KL stop, discount and GAE, recomputation, shuffling), its ``policy`` or ``policy_kwargs`` (e.g.
+        ``MultiInputPolicy`` for one group and ``MlpPolicy`` for another).
     :param batched: Evaluate and train the members of a group (same spaces, own weights) as one batch: acting is
         one forward call per group, and each minibatch one forward, backward, gradient clip and Adam step for the
-        whole group, with every member's own Adam state and KL early stop. It gives the same parameters as
-        ``batched=False``, the one-agent-at-a-time reference path, at a fraction of the cost. Architectures that
+        whole group, with every member's own Adam state and KL early stop. It takes the same random draws and does the
+        same arithmetic as ``batched=False``, the one-agent-at-a-time reference path, so its results are equal up to
+        float rounding (which long runs amplify: ``docs/algorithm.md``), at a fraction of the cost. Architectures that
         cannot be stacked (batch normalization, dropout, gSDE, another optimizer) fall back to the reference path
         with a warning.
     :param async_training: Overlap each update with collection (the reference's background training thread).
