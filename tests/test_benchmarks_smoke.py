@@ -19,8 +19,13 @@ def load_benchmark(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    # Dataclasses look their module up in sys.modules while the module runs. Once it has run, it leaves: cloudpickle
+    # then sends its functions to worker processes by value, as they cannot import it by name.
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
     return module
 
 
