@@ -34,7 +34,7 @@ from sb3_ippo.normalization import ObservationNormalizer
 from sb3_ippo.types import AgentID
 
 if TYPE_CHECKING:
-    from sb3_ippo.ippo.ippo import IPPO
+    from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
 
 
 def _feature_affine(
@@ -118,7 +118,7 @@ def fold_observation_normalization(policy: ActorCriticPolicy, normalizer: Observ
         layer.bias.copy_(folded_bias.to(layer.bias.dtype))
 
 
-def export_agent(model: IPPO, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
+def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent),
     with its group's update settings as the PPO's hyperparameters and the observation normalization folded in."""
     if agent_id not in model._policy_keys:

@@ -15,7 +15,7 @@ from sb3_ippo.types import AgentID
 from sb3_ippo.update.trainer import UpdateJob
 
 if TYPE_CHECKING:
-    from sb3_ippo.ippo.ippo import IPPO
+    from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
 
 # SB3's stdout logger truncates keys to 36 characters: per-agent keys are built to fit.
 MAX_LOG_KEY_LENGTH = 36
@@ -37,7 +37,7 @@ def per_agent_exclude(verbose: int) -> tuple[str, ...] | None:
     return None if verbose >= 2 else ("stdout", "log")
 
 
-def record_update(model: IPPO, job: UpdateJob) -> None:
+def record_update(model: MultiAgentOnPolicyAlgorithm, job: UpdateJob) -> None:
     """Record the last update's statistics (``model.update_stats``): the team's means, each agent's, each group's,
     and the model's counters."""
     exclude = per_agent_exclude(model.verbose)
@@ -81,7 +81,7 @@ def record_update(model: IPPO, job: UpdateJob) -> None:
         model.logger.record("rollout/rejected_episodes", model.rejected_episodes)
 
 
-def dump_logs(model: IPPO, iteration: int = 0) -> None:
+def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
     """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
     assert model.ep_info_buffer is not None
     time_elapsed = max((time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon)
