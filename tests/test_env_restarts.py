@@ -16,7 +16,6 @@ from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
 from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
 from tests.flaky_envs import FlakyEnv
 from tests.helpers import FLAKY_MAX_STEPS, assert_unbroken, episode_steps, record_logs, record_trajectories
-from tests.test_vec_env import no_hang  # noqa: F401 (a fixture)
 
 VEC_ENV_CLASSES = ["dummy", "subproc"]
 

@@ -23,7 +23,6 @@ from tests.helpers import (
     parameters,
     record_trajectories,
 )
-from tests.test_vec_env import no_hang  # noqa: F401 (a fixture)
 
 
 class RaiseAt(BaseCallback):

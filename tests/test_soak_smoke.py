@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.test_benchmarks_smoke import load_benchmark
-from tests.test_vec_env import no_hang  # noqa: F401 (a fixture)
 
 
 @pytest.mark.usefixtures("no_hang")
