@@ -27,9 +27,16 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.update.trainer import UpdateJob
 from tests.envs import DyingAgentsEnv
-from tests.helpers import stacked_groups
+from tests.helpers import (
+    EPISODE_LENGTH,
+    RecordingOutput,
+    assert_same_parameters,
+    make_model,
+    parameters,
+    record_logs,
+    stacked_groups,
+)
 from tests.learner_faults import FailsInLearnerPolicy
-from tests.test_run import EPISODE_LENGTH, RecordingOutput, assert_same_parameters, make_model, parameters, record_logs
 
 STEPS_PER_UPDATE = 2 * EPISODE_LENGTH
 N_UPDATES = 5

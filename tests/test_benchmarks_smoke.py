@@ -175,3 +175,32 @@ def test_time_to_quality_throughput_smoke(tmp_path: Path, capsys: pytest.Capture
     )
     assert {row["algo"] for row in rows} == {"ippo", "peer"} and all(row["env_steps_per_s"] > 0 for row in rows)
     assert "x peer" in capsys.readouterr().out
+
+
+def test_recompute_share_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    results = load_benchmark("recompute_share").main(
+        ["--rounds", "2", "--trajectories", "4", "--steps", "8", "--n-epochs", "3", "--threads", "1"]
+    )
+
+    assert set(results) == {"target_kl=None", "target_kl=0.01"}
+    assert results["target_kl=None"]["epochs"] == 3
+    for medians in results.values():
+        assert 0 < medians["recompute"] < medians["build_batch"] < medians["update"]
+        assert 0 < medians["share"] < 1
+    table = capsys.readouterr().out
+    assert "target_kl=None" in table and "target_kl=0.01" in table and "share" in table
+
+
+@pytest.mark.usefixtures("no_hang")
+def test_soak_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    # A few seconds of training on failing env copies.
+    summary = load_benchmark("soak").main(
+        ["--minutes", "0.04", "--warmup-minutes", "0.01", "--report-seconds", "0.5", "--n-envs", "2",
+         "--raise-prob", "0.01", "--exit-prob", "0.002", "--net-arch", "16", "--n-epochs", "2"]
+    )
+    assert summary["env_steps"] > 0 and summary["updates"] > 0
+    assert summary["env_restarts"] > 0, "the injected failures were survived"
+    assert summary["save_load_ok"]
+    assert summary["baseline_mb"] > 0 and summary["final_mb"] > 0
+    report = capsys.readouterr().out
+    assert "rss_MB" in report and "restarts survived" in report and "resident memory after" in report

@@ -21,7 +21,7 @@ from mpe2 import simple_spread_v3
 
 from sb3_ippo import IPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
-from tests.test_run import assert_same_parameters, parameters
+from tests.helpers import assert_same_parameters, parameters
 
 SMALL_ENV = ["--env-kwargs", "N=2", "max_cycles=10"]
 TINY = ["--n-epochs", "2", "--n-episodes", "2", "--policy-kwargs", "dict(net_arch=[16])", "--no-progress-bar"]

@@ -12,24 +12,16 @@ import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.buffer import Trajectory
 from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
 from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
 from tests.flaky_envs import FlakyEnv
-from tests.test_run import record_logs
-from tests.test_vec_env import no_hang  # noqa: F401 (a fixture)
+from tests.helpers import FLAKY_MAX_STEPS, assert_unbroken, episode_steps, record_logs, record_trajectories
 
 VEC_ENV_CLASSES = ["dummy", "subproc"]
-MAX_STEPS = 6
 
 
 def zeros(vec_env: MultiAgentVecEnv) -> dict[str, np.ndarray]:
     return {agent: np.zeros(vec_env.num_envs, dtype=np.int64) for agent in vec_env.possible_agents}
-
-
-def episode_steps(obs: np.ndarray) -> np.ndarray:
-    """The step within the episode of FlakyEnv observations ``[t / max_steps, target]``."""
-    return np.rint(np.asarray(obs)[..., 0] * MAX_STEPS).astype(int)
 
 
 def flaky(**kwargs: Any) -> Callable[[], FlakyEnv]:
@@ -99,12 +91,12 @@ def test_a_reset_that_fails_after_a_finished_episode_loses_nothing(vec_env_cls: 
     # reset call 1 is the first reset; call 2 is the automatic one after the first episode.
     vec_env = make_vec_env(flaky(fail_at_reset=2), n_envs=1, vec_env_cls=vec_env_cls, on_env_error="restart")
     vec_env.reset()
-    for _ in range(MAX_STEPS - 1):
+    for _ in range(FLAKY_MAX_STEPS - 1):
         vec_env.step_agents(zeros(vec_env))
     end = vec_env.step_agents(zeros(vec_env))
     assert end.dones[0] and not end.restarted[0]
     assert end.infos[0]["env_restarted"] and "FlakyEnv failed on purpose in reset call 2" in end.infos[0]["env_error"]
-    assert end.infos[0]["episode"]["l"] == MAX_STEPS
+    assert end.infos[0]["episode"]["l"] == FLAKY_MAX_STEPS
     assert all(end.truncations[agent][0] for agent in vec_env.possible_agents)
     assert episode_steps(end.obs["agent_0"]).tolist() == [0]
     assert vec_env.restarts == 1
@@ -167,28 +159,6 @@ def test_bad_restart_settings_are_refused(on_env_error: str, max_restarts: int, 
 
 
 # --- IPPO ---------------------------------------------------------------------------------------------------------
-
-
-def record_trajectories(model: IPPO) -> list[Trajectory]:
-    """Every trajectory the model's updates drain from now on."""
-    drained: list[Trajectory] = []
-    for buffer in model.buffers.values():
-        drain = buffer.drain
-
-        def recording_drain(*args: Any, drain: Any = drain) -> list[Trajectory]:
-            batch = drain(*args)
-            drained.extend(batch)
-            return batch
-
-        buffer.drain = recording_drain  # type: ignore[method-assign]
-    return drained
-
-
-def assert_unbroken(trajectories: list[Trajectory]) -> None:
-    """Every trajectory is one piece of one episode: its steps count 0, 1, 2, ... (a restart would start again at 0)."""
-    assert trajectories
-    for trajectory in trajectories:
-        assert episode_steps(trajectory.observations).tolist() == list(range(len(trajectory)))
 
 
 class KillWorker(BaseCallback):

@@ -17,7 +17,7 @@ from pettingzoo.sisl import multiwalker_v9
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.vec_env import to_parallel_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
-from tests.test_run import assert_same_parameters, parameters
+from tests.helpers import assert_same_parameters, parameters
 
 TINY_CNN = dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=16))
 

@@ -16,7 +16,7 @@ from stable_baselines3 import PPO
 from sb3_ippo import IPPO
 from sb3_ippo.update.runners import policy_input
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-from tests.test_save_load import observation_batch
+from tests.helpers import observation_batch
 
 
 def trained(env: Any, policy: str = "MlpPolicy", **kwargs: Any) -> IPPO:

@@ -25,8 +25,7 @@ from sb3_ippo.masking import MaskedInputMixin
 from sb3_ippo.ippo.ippo import default_update_settings
 from sb3_ippo.update.batch import build_batch
 from sb3_ippo.self_play import RandomOpponent
-from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv
-from tests.helpers import stacked_groups
+from tests.helpers import P1, P2, stacked_groups, tictactoe
 
 # Most tests collect a few moves on purpose, without an update; the old-API deprecation is PettingZoo's (module imports).
 pytestmark = [
@@ -35,13 +34,6 @@ pytestmark = [
 ]
 
 TINY: dict[str, Any] = dict(policy_kwargs=dict(net_arch=[16]), n_epochs=2, seed=0)
-P1, P2 = "player_1", "player_2"
-
-
-def tictactoe(n_envs: int = 1, seed: int = 0, **kwargs: Any) -> TurnBasedMultiAgentVecEnv:
-    env = make_vec_env(tictactoe_v3.env, n_envs=n_envs, seed=seed, env_kwargs=kwargs or None)
-    assert isinstance(env, TurnBasedMultiAgentVecEnv)
-    return env
 
 
 class ScriptedMoves:

@@ -12,7 +12,7 @@ import torch as th
 from gymnasium import spaces
 from mpe2 import simple_adversary_v3
 from stable_baselines3.common.logger import configure
-from stable_baselines3.common.policies import ActorCriticPolicy, ActorCriticCnnPolicy, MultiInputActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
@@ -24,37 +24,23 @@ from sb3_ippo.preprocessing import policy_observation_space
 from sb3_ippo.update.stacked import StackedPolicies
 from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
 from sb3_ippo.update.settings import UpdateSettings
-from tests.helpers import settings, stacked_groups
+from tests.helpers import (
+    EPISODE_LENGTH,
+    assert_same_parameters,
+    make_policies,
+    parameters,
+    sampled_trajectories,
+    settings,
+    stacked_groups,
+)
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-from tests.test_ppo_update import sampled_trajectories
-from tests.test_run import EPISODE_LENGTH, assert_same_parameters, parameters
 
-OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACTION_SPACES = {
     "discrete": spaces.Discrete(3),
     "box": spaces.Box(-1.0, 1.0, (2,), np.float32),
     "multi_discrete": spaces.MultiDiscrete([2, 3]),
     "multi_binary": spaces.MultiBinary(3),
 }
-
-
-def make_policies(
-    n: int, action_space: spaces.Space, observation_space: spaces.Space = OBS, learning_rate: float = 1e-2
-) -> list[ActorCriticPolicy]:
-    if isinstance(observation_space, spaces.Dict):
-        policy_class: type[ActorCriticPolicy] = MultiInputActorCriticPolicy
-    elif len(observation_space.shape or ()) == 3:
-        policy_class = ActorCriticCnnPolicy
-    else:
-        policy_class = ActorCriticPolicy
-    policies = []
-    for seed in range(n):
-        th.manual_seed(seed)
-        kwargs: dict[str, Any] = {}
-        if policy_class is ActorCriticCnnPolicy:
-            kwargs = dict(features_extractor_kwargs=dict(features_dim=8))
-        policies.append(policy_class(observation_space, action_space, lambda _: learning_rate, net_arch=[16], **kwargs))
-    return policies
 
 
 def member_trajectories(policies: list[ActorCriticPolicy]) -> list[list[Trajectory]]:

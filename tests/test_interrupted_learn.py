@@ -15,10 +15,14 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_ippo import IPPO, make_vec_env
 from tests.flaky_envs import FlakyEnv
-from tests.test_env_restarts import assert_unbroken, record_trajectories
-from tests.test_run import assert_same_parameters, parameters
-from tests.test_save_load import assert_same_actions, observation_batch
-from tests.test_vec_env import no_hang  # noqa: F401 (a fixture)
+from tests.helpers import (
+    assert_same_actions,
+    assert_same_parameters,
+    assert_unbroken,
+    observation_batch,
+    parameters,
+    record_trajectories,
+)
 
 
 class RaiseAt(BaseCallback):

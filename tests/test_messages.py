@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.hyperparameters import RULES
 from tests.envs import DyingAgentsEnv
-from tests.test_run import make_model, record_logs
+from tests.helpers import make_model, record_logs
 
 # --- every hyperparameter -------------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from sb3_ippo.buffer import Trajectory, stack_obs
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.update.batch import build_batch, compute_gae
 from sb3_ippo.update.ppo import ppo_update
-from tests.helpers import GAE_LAMBDA, GAMMA, settings
+from tests.helpers import GAE_LAMBDA, GAMMA, sampled_trajectories, settings
 
 OBS_SPACE = spaces.Box(-1.0, 1.0, (4,), np.float32)
 
@@ -519,30 +519,6 @@ SPACES = {
         spaces.Discrete(3),
     ),
 }
-
-
-def sampled_trajectories(policy: ActorCriticPolicy, ends: list[tuple[int, bool]], seed: int = 0) -> list[Trajectory]:
-    """Trajectories whose actions, values and log-probs the policy sampled, as collection stores them."""
-    rng = np.random.default_rng(seed)
-    policy.observation_space.seed(seed)
-    trajectories = []
-    for length, terminated in ends:
-        observations = stack_obs([policy.observation_space.sample() for _ in range(length)])
-        with th.no_grad():
-            actions, values, log_probs = policy(policy.obs_to_tensor(observations)[0])
-        trajectories.append(
-            Trajectory(
-                observations=observations,
-                actions=actions.numpy(),
-                rewards=rng.normal(size=length).astype(np.float32),
-                values=values.flatten().numpy(),
-                log_probs=log_probs.numpy(),
-                terminated=terminated,
-                bootstrap_obs=None if terminated else policy.observation_space.sample(),
-                policy_version=0,
-            )
-        )
-    return trajectories
 
 
 @pytest.mark.parametrize("kind", list(SPACES))

@@ -1,5 +1,6 @@
-"""``make_vec_env(..., vec_env_cls="ray")``: the same contract as "subproc" (the shared tests of ``test_vec_env.py``
-run on it), with the copies in Ray actors. One local Ray instance serves the module."""
+"""``make_vec_env(..., vec_env_cls="ray")``: the same contract as "subproc" (the checks of ``helpers.py`` that
+``test_vec_env.py`` runs on "dummy" and "subproc" run on it), with the copies in Ray actors. One local Ray instance
+serves the module."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ import numpy as np
 import pytest
 
 from sb3_ippo import IPPO, make_vec_env
-from tests import test_vec_env as contract
 from tests.envs import CrashingEnv, DyingAgentsEnv
-from tests.test_vec_env import SAME_DATA_ENVS, assert_same, closing, fail_after, rollout
+from tests.helpers import (
+    SAME_DATA_ENVS,
+    assert_env_method_calls_the_chosen_copies,
+    assert_get_attr_reads_each_copys_attribute,
+    assert_max_episode_steps_truncates_every_episode,
+    assert_same,
+    assert_set_attr_changes_only_the_chosen_copies,
+    closing,
+    fail_after,
+    rollout,
+)
 
 ray = pytest.importorskip("ray")
 
@@ -61,14 +71,14 @@ def test_ray_gives_the_same_data_as_dummy(env_name: str) -> None:
 
 @pytest.mark.slow
 def test_max_episode_steps_truncates_every_episode() -> None:
-    contract.test_max_episode_steps_truncates_every_episode("ray")
+    assert_max_episode_steps_truncates_every_episode("ray")
 
 
 @pytest.mark.slow
 def test_get_attr_set_attr_and_env_method() -> None:
-    contract.test_get_attr_reads_each_copys_attribute("ray")
-    contract.test_set_attr_changes_only_the_chosen_copies("ray")
-    contract.test_env_method_calls_the_chosen_copies("ray")
+    assert_get_attr_reads_each_copys_attribute("ray")
+    assert_set_attr_changes_only_the_chosen_copies("ray")
+    assert_env_method_calls_the_chosen_copies("ray")
 
 
 @pytest.mark.usefixtures("no_hang")

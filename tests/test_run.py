@@ -17,55 +17,14 @@ import numpy as np
 import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.logger import KVWriter, Logger, configure
+from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-
-TRAJECTORY_LENGTHS = {"agent_0": 2, "agent_1": 4, "agent_2": 6}
-EPISODE_LENGTH = 6
-
-
-def make_model(env: Any = None, **kwargs: Any) -> IPPO:
-    params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
-    params.update(kwargs)
-    return IPPO("MlpPolicy", env if env is not None else DyingAgentsEnv(), **params)
-
-
-class RecordingOutput(KVWriter):
-    """A logger output that keeps every dump."""
-
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
-
-
-def record_logs(model: IPPO) -> RecordingOutput:
-    output = RecordingOutput()
-    model.set_logger(Logger(folder=None, output_formats=[output]))
-    return output
-
-
-def parameters(model: IPPO) -> dict[str, dict[str, th.Tensor]]:
-    return {
-        agent: {name: p.detach().clone() for name, p in policy.named_parameters()} for agent, policy in model.policies.items()
-    }
-
-
-def assert_same_parameters(first: dict[str, dict[str, th.Tensor]], second: dict[str, dict[str, th.Tensor]]) -> None:
-    """Every agent's every parameter is exactly equal in both (as :func:`parameters` or ``state_dict`` give them)."""
-    assert first.keys() == second.keys()
-    for agent, params in first.items():
-        for name, tensor in params.items():
-            assert th.equal(second[agent][name], tensor), f"agent {agent!r}, parameter {name}"
+from tests.helpers import EPISODE_LENGTH, TRAJECTORY_LENGTHS, make_model, parameters, record_logs
 
 
 def adam_steps(model: IPPO, agent: str) -> int:

@@ -44,9 +44,16 @@ from sb3_ippo.serialization import (
     encode_space,
 )
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-from tests.test_games import P2, tictactoe
-from tests.test_run import assert_same_parameters, parameters
-from tests.test_save_load import assert_same_actions, assert_same_optimizer_state, make_model, observation_batch
+from tests.helpers import (
+    P2,
+    assert_same_actions,
+    assert_same_optimizer_state,
+    assert_same_parameters,
+    make_model,
+    observation_batch,
+    parameters,
+    tictactoe,
+)
 
 
 class Unpickled(AssertionError):

@@ -15,40 +15,13 @@ from stable_baselines3 import PPO
 
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-from tests.test_run import assert_same_parameters
-
-TINY = dict(policy_kwargs=dict(net_arch=[16]), n_epochs=2)
-
-
-def make_model(env: Any = None, **kwargs: Any) -> IPPO:
-    params: dict[str, Any] = dict(TINY, n_episodes=2, seed=0)
-    params.update(kwargs)
-    return IPPO("MlpPolicy", env if env is not None else DyingAgentsEnv(), **params)
-
-
-def observation_batch(model: IPPO, n: int = 16, seed: int = 0) -> dict[str, Any]:
-    """``n`` observations per agent, drawn from each agent's observation space."""
-    batch = {}
-    for offset, agent in enumerate(model.possible_agents):
-        space = model.observation_spaces[agent]
-        space.seed(seed + offset)
-        batch[agent] = np.stack([space.sample() for _ in range(n)])
-    return batch
-
-
-def assert_same_actions(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> None:
-    assert first.keys() == second.keys()
-    for agent in first:
-        np.testing.assert_array_equal(first[agent], second[agent], err_msg=f"agent {agent!r}")
-
-
-def assert_same_optimizer_state(first: th.optim.Optimizer, second: th.optim.Optimizer) -> None:
-    first_state, second_state = first.state_dict(), second.state_dict()
-    assert first_state["param_groups"] == second_state["param_groups"]
-    assert first_state["state"].keys() == second_state["state"].keys()
-    for index, param_state in first_state["state"].items():
-        for name, value in param_state.items():
-            th.testing.assert_close(value, second_state["state"][index][name])
+from tests.helpers import (
+    assert_same_actions,
+    assert_same_optimizer_state,
+    assert_same_parameters,
+    make_model,
+    observation_batch,
+)
 
 
 @pytest.fixture(scope="module")

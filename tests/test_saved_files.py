@@ -14,7 +14,7 @@ import pytest
 
 from sb3_ippo import IPPO
 from tests.envs import DyingAgentsEnv
-from tests.test_run import EPISODE_LENGTH
+from tests.helpers import EPISODE_LENGTH
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 SHARED_GROUP = ("agent_0", "agent_1", "agent_2")

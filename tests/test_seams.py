@@ -23,10 +23,7 @@ from sb3_ippo.self_play import RandomOpponent
 from sb3_ippo.update.stacked import StackedPolicies
 from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
 from tests.envs import DyingAgentsEnv
-from tests.helpers import settings, stacked_groups
-from tests.test_groups import make_policies
-from tests.test_ppo_update import sampled_trajectories
-from tests.test_run import EPISODE_LENGTH, TRAJECTORY_LENGTHS
+from tests.helpers import EPISODE_LENGTH, TRAJECTORY_LENGTHS, make_policies, sampled_trajectories, settings, stacked_groups
 
 TRANSITIONS_PER_EPISODE = sum(TRAJECTORY_LENGTHS.values())
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import copy
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -19,7 +16,7 @@ from pettingzoo.test import parallel_api_test
 
 from sb3_ippo import make_vec_env
 from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
-from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv
+from sb3_ippo.vec_env import MultiAgentStep
 from tests.envs import (
     HETEROGENEOUS_AGENTS,
     CartPoleParallelEnv,
@@ -31,88 +28,20 @@ from tests.envs import (
     RevivingEnv,
     VariableLengthEnv,
 )
+from tests.helpers import (
+    SAME_DATA_ENVS,
+    action_sampler,
+    assert_env_method_calls_the_chosen_copies,
+    assert_get_attr_reads_each_copys_attribute,
+    assert_max_episode_steps_truncates_every_episode,
+    assert_same,
+    assert_set_attr_changes_only_the_chosen_copies,
+    closing,
+    oracle_actions,
+    rollout,
+)
 
 VEC_ENV_CLASSES = ["dummy", "subproc"]
-
-
-def action_sampler(vec_env: MultiAgentVecEnv, seed: int = 0) -> Callable[[], dict[str, np.ndarray]]:
-    """Random actions ``{agent: (n_envs, *act_shape)}``, the same sequence for the same seed."""
-    action_spaces = {agent: copy.deepcopy(space) for agent, space in vec_env.action_spaces.items()}
-    for offset, space in enumerate(action_spaces.values()):
-        space.seed(seed + offset)
-
-    def sample() -> dict[str, np.ndarray]:
-        return {agent: np.stack([space.sample() for _ in range(vec_env.num_envs)]) for agent, space in action_spaces.items()}
-
-    return sample
-
-
-def oracle_actions(step_obs: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The rewarded actions of DyingAgentsEnv and its subclasses, whose observation is ``[t / max_steps, target]``."""
-    return {agent: obs[:, 1].astype(np.int64) for agent, obs in step_obs.items()}
-
-
-def without_wall_time(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {**info, "episode": {key: val for key, val in info["episode"].items() if key != "t"}} if "episode" in info else info
-        for info in infos
-    ]
-
-
-def rollout(vec_env: MultiAgentVecEnv, n_steps: int, action_seed: int = 0) -> list[Any]:
-    """The reset observations, then every step's data (episode wall times left out), under random actions."""
-    sample = action_sampler(vec_env, action_seed)
-    data: list[Any] = [vec_env.reset()]
-    for _ in range(n_steps):
-        step = vec_env.step_agents(sample())
-        data.append(step._replace(infos=without_wall_time(step.infos)))
-    return data
-
-
-def assert_same(actual: Any, expected: Any, where: str = "data") -> None:
-    """Recursive equality of nested dicts, lists, tuples and arrays."""
-    if isinstance(expected, dict):
-        assert isinstance(actual, dict) and set(actual) == set(expected), f"{where}: keys {actual} != {expected}"
-        for key in expected:
-            assert_same(actual[key], expected[key], f"{where}[{key!r}]")
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), f"{where}: length {len(actual)} != {len(expected)}"
-        for idx, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            assert_same(a, e, f"{where}[{idx}]")
-    elif isinstance(expected, np.ndarray):
-        np.testing.assert_array_equal(actual, expected, err_msg=where)
-    else:
-        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
-
-
-@contextmanager
-def fail_after(seconds: int) -> Iterator[None]:
-    """Raise TimeoutError in the test, instead of hanging the test run, if it takes more than ``seconds``."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the test hung for {seconds} seconds")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture
-def no_hang() -> Iterator[None]:
-    with fail_after(30):
-        yield
-
-
-@contextmanager
-def closing(vec_env: MultiAgentVecEnv) -> Iterator[MultiAgentVecEnv]:
-    try:
-        yield vec_env
-    finally:
-        vec_env.close()
 
 
 # --- Real PettingZoo envs ------------------------------------------------------------------------------------------
@@ -387,19 +316,7 @@ def test_max_episode_steps_must_be_positive() -> None:
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
 def test_max_episode_steps_truncates_every_episode(vec_env_cls: str) -> None:
-    env_kwargs = {"death_steps": {"agent_0": None, "agent_1": None}, "max_steps": 100}
-    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls, env_kwargs=env_kwargs)) as vec_env:
-        vec_env.max_episode_steps = 2
-        obs = vec_env.reset()
-        ends = []
-        for _ in range(4):
-            step = vec_env.step_agents(oracle_actions(obs))
-            obs = step.obs
-            ends.append(step.dones.tolist())
-            if step.dones.any():
-                assert step.truncations["agent_0"].all() and not step.terminations["agent_0"].any()
-                assert [info["episode"]["l"] for info in step.infos] == [2, 2, 2]
-        assert ends == [[False] * 3, [True] * 3, [False] * 3, [True] * 3]
+    assert_max_episode_steps_truncates_every_episode(vec_env_cls)
 
 
 # --- Seeding --------------------------------------------------------------------------------------------------------
@@ -431,14 +348,6 @@ def test_different_seeds_give_different_data() -> None:
         closing(make_vec_env(HeterogeneousEnv, n_envs=2, seed=6)) as second,
     ):
         assert not np.array_equal(first.reset()["discrete"], second.reset()["discrete"])
-
-
-SAME_DATA_ENVS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
-    "heterogeneous": (HeterogeneousEnv, {}),
-    "dying_and_joining": (DyingAgentsEnv, {"join_steps": {"agent_2": 3}}),
-    "variable_length": (VariableLengthEnv, {"truncate": True}),
-    "simple_spread": (simple_spread_v3.parallel_env, {"N": 3, "max_cycles": 4}),
-}
 
 
 @pytest.mark.parametrize("env_name", SAME_DATA_ENVS)
@@ -490,10 +399,7 @@ def test_unknown_vec_env_class_is_refused() -> None:
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
 def test_get_attr_reads_each_copys_attribute(vec_env_cls: str) -> None:
-    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
-        vec_env.reset()
-        assert vec_env.get_attr("max_steps") == [6, 6, 6]
-        assert vec_env.get_attr("agents", indices=[2]) == [["agent_0", "agent_1", "agent_2"]]
+    assert_get_attr_reads_each_copys_attribute(vec_env_cls)
 
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
@@ -511,17 +417,12 @@ def test_a_missing_attribute_is_an_attribute_error_and_the_copies_go_on(vec_env_
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
 def test_set_attr_changes_only_the_chosen_copies(vec_env_cls: str) -> None:
-    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
-        obs = vec_env.reset()
-        vec_env.set_attr("reward_scale", 10.0, indices=[0, 2])
-        step = vec_env.step_agents(oracle_actions(obs))
-        assert step.rewards["agent_0"].tolist() == [10.0, 1.0, 10.0]
+    assert_set_attr_changes_only_the_chosen_copies(vec_env_cls)
 
 
 @pytest.mark.parametrize("vec_env_cls", VEC_ENV_CLASSES)
 def test_env_method_calls_the_chosen_copies(vec_env_cls: str) -> None:
-    with closing(make_vec_env(DyingAgentsEnv, n_envs=3, vec_env_cls=vec_env_cls)) as vec_env:
-        assert vec_env.env_method("target", "agent_1", t=2, indices=[0, 2]) == [1, 1]
+    assert_env_method_calls_the_chosen_copies(vec_env_cls)
 
 
 # --- Worker processes -----------------------------------------------------------------------------------------------
