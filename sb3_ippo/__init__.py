@@ -1,8 +1,36 @@
-"""Independent PPO (IPPO) for PettingZoo multi-agent environments, as a Stable-Baselines3 algorithm."""
+"""Independent PPO (IPPO) for PettingZoo multi-agent environments, as a Stable-Baselines3 algorithm.
 
-from sb3_ippo.evaluation import MultiAgentEvalCallback, evaluate_policy
-from sb3_ippo.ippo import IPPO
-from sb3_ippo.vec_env import MultiAgentVecEnv, make_vec_env
+The names below load on first use (PEP 562), so that a process that imports one part of the package (the learner
+process of ``async_training`` imports ``sb3_ippo.update``) does not load the others (the env layer, evaluation).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sb3_ippo.evaluation import MultiAgentEvalCallback, evaluate_policy
+    from sb3_ippo.ippo import IPPO
+    from sb3_ippo.vec_env import MultiAgentVecEnv, make_vec_env
 
 __all__ = ["IPPO", "MultiAgentEvalCallback", "MultiAgentVecEnv", "evaluate_policy", "make_vec_env"]
 __version__ = "0.1.0"
+
+_MODULES = {
+    "IPPO": "sb3_ippo.ippo",
+    "MultiAgentEvalCallback": "sb3_ippo.evaluation",
+    "evaluate_policy": "sb3_ippo.evaluation",
+    "MultiAgentVecEnv": "sb3_ippo.vec_env",
+    "make_vec_env": "sb3_ippo.vec_env",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return getattr(importlib.import_module(_MODULES[name]), name)
+    raise AttributeError(f"module 'sb3_ippo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -14,6 +14,8 @@ import os
 import pathlib
 import pickle
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -318,3 +320,14 @@ def test_stopping_learn_stops_the_learner(how: str, deadline: None) -> None:
 def test_max_version_lag_0_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="max_version_lag >= 1"):
         make_model(async_training=True, max_version_lag=0)
+
+
+def test_the_learner_process_imports_the_update_code_without_the_env_layer() -> None:
+    # What the spawned learner imports to unpickle the trainer: no env copies, evaluation or algorithm class.
+    code = (
+        "import sys, pickle, sb3_ippo.update.learner\n"
+        "print(sorted(name for name in sys.modules if name.startswith(('sb3_ippo.vec_env', 'sb3_ippo.ippo', "
+        "'sb3_ippo.evaluation', 'sb3_ippo.serialization'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
