@@ -29,6 +29,7 @@ from sb3_ippo.serialization.errors import (
     _file_errors,
 )
 from sb3_ippo.serialization.sizes import check_declared_sizes
+from sb3_ippo.update.settings import SCHEDULED_SETTINGS
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -63,7 +64,7 @@ def save_data(model: BaseAlgorithm, exclude: Iterable[str] | None = None, includ
 
 
 def _advice(name: str) -> str:
-    if name in ("learning_rate", "clip_range", "clip_range_vf", "lr_schedule"):
+    if name in (*SCHEDULED_SETTINGS, "lr_schedule"):
         return (
             "A callable schedule is code, which a safetensors file does not hold: use a constant, or SB3's "
             "LinearSchedule / ConstantSchedule (stable_baselines3.common.utils), or save as .zip (pickled: load it only "
