@@ -15,11 +15,13 @@ with other jobs, and one thread per process keeps the two algorithms on equal te
 
 from __future__ import annotations
 
+import csv
 import os
 import platform
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,16 @@ def machine_description() -> str:
         f"({th.get_num_threads()} thread), SB3 {stable_baselines3.__version__}, PettingZoo {pettingzoo.__version__}, "
         f"gymnasium {gymnasium.__version__}, SuperSuit {ss.__version__ if hasattr(ss, '__version__') else '3.x'}"
     )
+
+
+def write_results(out: Path, stem: str, text: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Write a benchmark's printed table to ``out/stem.txt`` and its rows to ``out/stem.csv``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.txt").write_text(text + "\n")
+    with open(out / f"{stem}.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def env_fn(env_name: str) -> Callable[..., ParallelEnv]:

@@ -22,7 +22,6 @@ means. Writes ``cross_play.txt`` and ``cross_play.csv`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import sys
 from collections.abc import Callable, Sequence
@@ -182,12 +181,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     rows = cross_play(args)
     text = report(rows, args)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cross_play.txt").write_text(text + "\n")
-    with open(args.out / "cross_play.csv", "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_results(args.out, "cross_play", text, rows)
     return rows
 
 

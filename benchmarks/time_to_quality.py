@@ -473,12 +473,7 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
               f"{r['ratio_to_peer']:>8.2f}  {r['configuration']}" for r in rows]
     text = "\n".join(lines)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "throughput.txt").write_text(text + "\n")
-    with open(args.out / "throughput.csv", "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_results(args.out, "throughput", text, rows)
     return rows
 
 

@@ -21,10 +21,11 @@ from stable_baselines3.common.callbacks import (
     StopTrainingOnMaxEpisodes,
     StopTrainingOnRewardThreshold,
 )
-from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.logger import Logger
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from tests.envs import DyingAgentsEnv
+from tests.helpers import RecordingOutput
 
 N_ENVS = 2
 EPISODE_LENGTH = 6
@@ -71,19 +72,6 @@ class Recorder(BaseCallback):
 
     def _on_training_end(self) -> None:
         self.events.append("training_end")
-
-
-class RecordingOutput(KVWriter):
-    """A logger output that keeps every dump."""
-
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")

@@ -241,14 +241,10 @@ def malicious_zip(path: pathlib.Path, source: pathlib.Path, marker: pathlib.Path
         def __reduce__(self) -> tuple:
             return (pathlib.Path.touch, (marker,))
 
-    with zipfile.ZipFile(source) as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    data = json.loads(entries["data"])
-    data["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(Touch())).decode()
-    entries["data"] = json.dumps(data).encode()
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, content in entries.items():
-            archive.writestr(name, content)
+    def forge(data: dict[str, Any]) -> None:
+        data["policy_class"][":serialized:"] = base64.b64encode(pickle.dumps(Touch())).decode()
+
+    edited_zip(path, source, forge)
 
 
 def test_a_crafted_zip_runs_code_when_trusted_but_not_when_untrusted(
