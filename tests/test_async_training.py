@@ -331,3 +331,49 @@ def test_the_learner_process_imports_the_update_code_without_the_env_layer() -> 
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+UNGUARDED_SCRIPT = """
+import torch as th
+from sb3_ippo import IPPO
+from tests.envs import DyingAgentsEnv
+
+th.set_num_threads(1)
+model = IPPO("MlpPolicy", DyingAgentsEnv(), n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0,
+             async_training=True)
+model.learn(40)
+print("policy_version", model.policy_version)
+"""
+
+
+def test_a_script_without_a_main_guard_trains_with_async_training(tmp_path: pathlib.Path, deadline: None) -> None:
+    # The learner does not run the main script again (which would start training there too): nothing it needs is in it.
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    root = pathlib.Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=root, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "policy_version 3" in result.stdout
+
+
+def test_a_class_from_an_interactive_session_is_a_clear_error_before_any_process_starts() -> None:
+    code = (
+        "import sys, torch as th\n"
+        "from stable_baselines3.common.policies import ActorCriticPolicy\n"
+        "from sb3_ippo import IPPO\n"
+        "from tests.envs import DyingAgentsEnv\n"
+        "class MyPolicy(ActorCriticPolicy): pass\n"
+        "model = IPPO(MyPolicy, DyingAgentsEnv(), n_episodes=2, n_epochs=1, policy_kwargs=dict(net_arch=[8]), "
+        "async_training=True)\n"
+        "try:\n"
+        "    model.learn(40)\n"
+        "except RuntimeError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    root = pathlib.Path(__file__).resolve().parent.parent
+    # `python -` reads the program from standard input: an interactive main module, with neither file nor spec.
+    result = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=root, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    assert "refused: async_training sends the policies to a learner process" in result.stdout, result.stderr[-2000:]
+    assert "Define it in a module" in result.stdout

@@ -133,8 +133,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         current policies; the trained weights are applied, and ``policy_version`` advances, when the next update is
         due. Every batch after the first was thus collected by the previous version (lag 1, so ``max_version_lag``
         must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
-        a ``RuntimeError``; the model keeps its last applied weights. Scripts need ``if __name__ == "__main__":``
-        and picklable policies (``docs/algorithm.md``).
+        a ``RuntimeError``; the model keeps its last applied weights. The policies must be picklable; a class written
+        in the training script itself needs the script's ``if __name__ == "__main__":`` (``docs/algorithm.md``).
     :param opponents: ``{agent id: opponent}``: seats that a fixed opponent plays and that never train (nothing of
         theirs is stored): ``"random"`` (uniform among the legal moves), any model's ``predict`` (an IPPO model plays
         the seat with its policy for that agent; ``PPO``, ``MaskablePPO``, a policy), or a function of the batched

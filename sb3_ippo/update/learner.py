@@ -11,11 +11,14 @@ This module imports the update code only: not the env layer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
+import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 import torch as th
@@ -52,11 +55,44 @@ def _learner_main(connection: Connection) -> None:
             pass
 
 
+@contextlib.contextmanager
+def _main_module_hidden(hide: bool) -> Iterator[None]:
+    """While a process is started, hide the main module's file and spec from ``multiprocessing``'s spawn, which would
+    otherwise have the child run the main script again (as ``__mp_main__``) to find what it defines: a script without
+    ``if __name__ == "__main__":`` would start training again there. Only for a learner whose trainer needs nothing
+    defined in ``__main__``."""
+    main = sys.modules["__main__"]
+    saved: dict[str, object] = {}
+    if hide:
+        saved["__spec__"] = main.__dict__.get("__spec__")
+        main.__dict__["__spec__"] = None
+        if "__file__" in main.__dict__:
+            saved["__file__"] = main.__dict__.pop("__file__")
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+def needs_main_module(payload: bytes) -> bool:
+    """Whether unpickling ``payload`` may need the main module: a class or function that the running script (or
+    notebook) defined, which pickle names by reference to ``__main__``. (A string "__main__" in the data also counts:
+    then the learner imports the main script, as it always may.)"""
+    return b"__main__" in payload
+
+
 class LearnerProcess:
     """One child process (torch multiprocessing, spawn start method) that runs every update of one ``learn``.
 
+    The child imports ``sb3_ippo.update`` and what the trainer's classes need, not the main script, unless the trainer
+    holds something the script defined (a policy or features extractor class written in it): so a script without
+    ``if __name__ == "__main__":``, and a notebook, can train with ``async_training`` as long as their classes come
+    from importable modules.
+
     :param trainer: Pickled and sent once; the child trains its copy from then on.
     :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
+    :raises RuntimeError: if the trainer holds a class defined in an interactive session (a notebook), which no other
+        process can import: define it in a module, or train with ``async_training=False``.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -68,10 +104,21 @@ class LearnerProcess:
                 f"({error}). Use picklable policy_kwargs (classes and functions defined at module level, no lambdas) "
                 "or async_training=False."
             ) from error
+        main_file = getattr(sys.modules["__main__"], "__file__", None)
+        main_spec = getattr(sys.modules["__main__"], "__spec__", None)
+        # A notebook's or the prompt's main module has no file another process could run (python - gives "<stdin>").
+        interactive = main_spec is None and (main_file is None or not os.path.isfile(main_file))
+        if needs_main_module(payload) and interactive:
+            raise RuntimeError(
+                "async_training sends the policies to a learner process, and they use a class defined in this "
+                "interactive session (a notebook or the Python prompt), which another process cannot import. Define "
+                "it in a module (a .py file you import), or use async_training=False."
+            )
         context = th.multiprocessing.get_context("spawn")
         self._connection, child_connection = context.Pipe()
         self.process = context.Process(target=_learner_main, args=(child_connection,), name="ippo-learner", daemon=True)
-        self.process.start()
+        with _main_module_hidden(not needs_main_module(payload)):
+            self.process.start()
         child_connection.close()
         self._updates = 0
         # The child reads the trainer only once it has imported torch (a second or two): sending it from a thread lets
