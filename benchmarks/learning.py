@@ -69,6 +69,8 @@ ALGOS = (
     "ippo_shared_ppo128",
     "ippo_shared_ppo_episodic",
     "ippo_episodic",
+    "ippo_async_e40",
+    "ippo_async_e20",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -79,8 +81,13 @@ LABELS = {
     "ippo_shared_ppo128": "IPPO, group 'agent' shares one 128x128 network, SB3-style passes",
     "ippo_shared_ppo_episodic": "IPPO, group 'agent' shares one network, SB3-style passes, time limit as termination",
     "ippo_episodic": "IPPO (defaults), time limit as termination",
+    "ippo_async_e40": "IPPO, async_training, n_epochs 40",
+    "ippo_async_e20": "IPPO, async_training, n_epochs 20",
 }
-PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+PALETTE = (
+    "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
+    "tab:cyan",
+)
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
 # network, the other groups keep independent ones.
@@ -122,6 +129,8 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
                 "time_limit_bootstrap": False,
             },
             "ippo_episodic": {"time_limit_bootstrap": False},
+            "ippo_async_e40": {"async_training": True, "n_epochs": 40},
+            "ippo_async_e20": {"async_training": True, "n_epochs": 20},
         }
         model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **by_algo[algo])
         model.learn(total_timesteps=timesteps, callback=callback)
