@@ -97,6 +97,22 @@ SHARED_GROUPS = {"agent": True}
 SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None, "ent_coef": 0.01}
 # ``ippo_shared_ppo128``: the same, with hidden layers of 128 units for the shared network (the others: 64).
 SHARED_PPO_128_SETTINGS: dict[str, Any] = {**SHARED_PPO_SETTINGS, "policy_kwargs": {"net_arch": [128, 128]}}
+# The keyword arguments of each IPPO row (time_to_quality.py takes them too).
+IPPO_VARIANTS: dict[str, dict[str, Any]] = {
+    "ippo": {},
+    "ippo_shared": {"share_parameters": SHARED_GROUPS},
+    "ippo_async": {"async_training": True},
+    "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
+    "ippo_shared_ppo128": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
+    "ippo_shared_ppo_episodic": {
+        "share_parameters": SHARED_GROUPS,
+        "group_kwargs": {"agent": SHARED_PPO_SETTINGS},
+        "time_limit_bootstrap": False,
+    },
+    "ippo_episodic": {"time_limit_bootstrap": False},
+    "ippo_async_e40": {"async_training": True, "n_epochs": 40},
+    "ippo_async_e20": {"async_training": True, "n_epochs": 20},
+}
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
     (-23.0, "scripted optimal assignment (about -23)"),
@@ -117,22 +133,7 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
         from sb3_ippo import IPPO
 
         env: Any = common.make_ippo_env(env_name, task["n_envs"], seed, kwargs)
-        by_algo: dict[str, dict[str, Any]] = {
-            "ippo": {},
-            "ippo_shared": {"share_parameters": SHARED_GROUPS},
-            "ippo_async": {"async_training": True},
-            "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
-            "ippo_shared_ppo128": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
-            "ippo_shared_ppo_episodic": {
-                "share_parameters": SHARED_GROUPS,
-                "group_kwargs": {"agent": SHARED_PPO_SETTINGS},
-                "time_limit_bootstrap": False,
-            },
-            "ippo_episodic": {"time_limit_bootstrap": False},
-            "ippo_async_e40": {"async_training": True, "n_epochs": 40},
-            "ippo_async_e20": {"async_training": True, "n_epochs": 20},
-        }
-        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **by_algo[algo])
+        model: Any = IPPO("MlpPolicy", env, seed=seed, device="cpu", **IPPO_VARIANTS[algo])
         model.learn(total_timesteps=timesteps, callback=callback)
         evaluate = common.evaluate_ippo
     else:

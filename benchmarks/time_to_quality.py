@@ -7,7 +7,8 @@ since the start of ``learn`` (``time.perf_counter``; ``common.EpisodeRecorder`` 
 
 The algorithms (``--algos``):
 
-- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them.
+- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them; for screens, any IPPO variant of
+  the learning comparison (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g. ``ippo_async_e20``).
 - ``peer``: SB3 ``PPO`` + SuperSuit parameter sharing (``benchmarks/common.py``), configured as in the learning
   comparison (``benchmarks/learning.py``): SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry and
   ``batch_size=256``; 64x64 MLPs (SB3's own default) or SB3's untouched CnnPolicy.
@@ -85,11 +86,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import common
 import cross_play
+import learning
 from throughput import SkrlIPPO
 
 from sb3_ippo import IPPO, make_vec_env
 
-ALGOS = ("ippo", "peer", "peer_sb3_defaults", "skrl")
+# IPPO's rows: its defaults ("ippo") and the variants of the learning comparison (benchmarks/learning.py), for screens.
+IPPO_ALGOS = tuple(learning.IPPO_VARIANTS)
+ALGOS = (*IPPO_ALGOS, "peer", "peer_sb3_defaults", "skrl")
+DEFAULT_ALGOS = ("ippo", "peer", "peer_sb3_defaults", "skrl")
 # The learning comparison's peer (benchmarks/learning.py: --peer-n-steps 256, --peer-batch-size 256); the rest SB3's.
 PEER_SETTINGS: dict[str, dict[str, Any]] = {
     "peer": {"n_steps": 256, "batch_size": 256},
@@ -98,19 +103,25 @@ PEER_SETTINGS: dict[str, dict[str, Any]] = {
 # skrl gets the learning comparison peer's work per update (see the module docstring).
 SKRL_N_EPOCHS, SKRL_BATCH_SIZE = 10, 256
 LABELS = {
+    **{algo: learning.LABELS[algo] for algo in IPPO_ALGOS},
     "ippo": "IPPO (sb3_ippo defaults)",
     "peer": "SB3 PPO + SuperSuit (n_steps 256/entry, batch 256)",
     "peer_sb3_defaults": "SB3 PPO + SuperSuit (SB3 defaults: n_steps 2048, batch 64)",
     "skrl": "skrl IPPO (1 copy, rollouts 256 x n_envs, 10 epochs, batch 256)",
 }
-COLORS = {"ippo": "tab:blue", "peer": "tab:orange", "peer_sb3_defaults": "tab:red", "skrl": "tab:green"}
+COLORS = {
+    **{algo: learning.COLORS[algo] for algo in IPPO_ALGOS},
+    "peer": "tab:orange",
+    "peer_sb3_defaults": "tab:red",
+    "skrl": "tab:green",
+}
 # The smoke run's peer: an update after 25 steps of each entry, in minibatches of 50 (the benchmark tests' TINY).
 SMOKE_PEER = {"n_steps": 25, "batch_size": 50}
 
 
 def label(algo: str, smoke: bool) -> str:
     """The configuration named beside every figure (``--smoke`` shrinks the peer's and skrl's rollouts)."""
-    if smoke and algo != "ippo":
+    if smoke and algo not in IPPO_ALGOS:
         return f"{LABELS[algo]}; --smoke: n_steps {SMOKE_PEER['n_steps']}/entry, batch {SMOKE_PEER['batch_size']}"
     return LABELS[algo]
 
@@ -227,9 +238,9 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
     kwargs = task.kwargs(smoke)
     n_envs = 2 if smoke else task.n_envs
     agents = list(task.make_env(**kwargs).possible_agents)
-    if algo == "ippo":
+    if algo in IPPO_ALGOS:
         env = make_vec_env(task.make_env, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
-        model = IPPO(task.policy, env, seed=seed, device="cpu")
+        model = IPPO(task.policy, env, seed=seed, device="cpu", **learning.IPPO_VARIANTS[algo])
         recorder = common.EpisodeRecorder(agents, peer=False)
         return Learner(lambda steps: model.learn(steps, callback=recorder), lambda: recorder.episodes,
                        lambda agent, obs: model.predict({agent: obs}, deterministic=True)[0][agent], model)
@@ -480,7 +491,7 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..S-1")
     parser.add_argument("--timesteps", type=int, default=None, help="env steps per run (default: the task's budget)")
     parser.add_argument("--eval-episodes", type=int, default=100, help="deterministic evaluation episodes")
