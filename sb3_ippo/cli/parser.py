@@ -18,7 +18,8 @@ from sb3_ippo.cli.settings import (
     RUN_FILE,
     TRAIN_DEFAULTS,
 )
-from sb3_ippo.cli.values import device, env_kwarg, hyperparameter_type, non_negative_int, positive_int, wrapper_spec
+from sb3_ippo.cli.values import device, env_kwarg, non_negative_int, positive_int, wrapper_spec
+from sb3_ippo.hyperparams.text import hyperparameter_type
 from sb3_ippo.ippo import IPPO
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from torch import nn
 
 import sb3_ippo
-from sb3_ippo.cli.values import hyperparameter_type, jsonable, parse_wrapper, schedule, to_text
+from sb3_ippo.cli.values import jsonable, to_text
+from sb3_ippo.hyperparams.text import hyperparameter_type, parse_wrapper, schedule
 from sb3_ippo.env_factory import WrapperSpec
 from sb3_ippo.hyperparameters import check_hyperparameter
 from sb3_ippo.ippo import IPPO
