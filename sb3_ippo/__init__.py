@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sb3_ippo.evaluation import MultiAgentEvalCallback, evaluate_policy
+    from sb3_ippo.hyperparams import tuned_hyperparameters
     from sb3_ippo.ippo import IPPO
     from sb3_ippo.vec_env import MultiAgentVecEnv, make_vec_env
 
-__all__ = ["IPPO", "MultiAgentEvalCallback", "MultiAgentVecEnv", "evaluate_policy", "make_vec_env"]
+__all__ = ["IPPO", "MultiAgentEvalCallback", "MultiAgentVecEnv", "evaluate_policy", "make_vec_env", "tuned_hyperparameters"]
 __version__ = "0.1.0"
 
 _MODULES = {
@@ -23,6 +24,7 @@ _MODULES = {
     "evaluate_policy": "sb3_ippo.evaluation",
     "MultiAgentVecEnv": "sb3_ippo.vec_env",
     "make_vec_env": "sb3_ippo.vec_env",
+    "tuned_hyperparameters": "sb3_ippo.hyperparams",
 }
 
 

@@ -243,6 +243,24 @@ def test_hyperparameter_file_one_section_per_env(tmp_path: pathlib.Path) -> None
     assert run["hyperparameters"]["policy_kwargs"] == {"net_arch": [16], "activation_fn": "nn.ReLU"}
 
 
+@pytest.mark.filterwarnings("ignore:IPPO.learn ended after .* without a single update:UserWarning")
+def test_the_packaged_tuned_settings_apply_under_the_file_and_the_command_line(tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "ippo.yml"
+    file.write_text("tictactoe_v3:\n  n_epochs: 1\n  batch_size: 64\n")
+    out = tmp_path / "run"
+    main(["train", "--env", "pettingzoo.classic.tictactoe_v3", "--hyperparams", str(file), "--batch-size", "32",
+          "--policy-kwargs", "dict(net_arch=[8])", "--timesteps", "50", "--n-envs", "1", "--out", str(out),
+          "--no-progress-bar", "--eval-episodes", "0"])  # fmt: skip
+    run = json.loads((out / "run.json").read_text())
+    hyperparameters = run["hyperparameters"]
+    assert hyperparameters["n_epochs"] == 1  # the user's file wins over the tuned settings
+    assert hyperparameters["batch_size"] == 32 and hyperparameters["policy_kwargs"] == {"net_arch": [8]}  # the command line
+    tuned = {"share_parameters": True, "self_play_pool": {"snapshot_every": 10, "size": 20}, "n_steps": 1024,
+             "n_episodes": None, "learning_rate": "lin_1e-3", "ent_coef": 0.01}  # fmt: skip
+    assert {name: hyperparameters[name] for name in tuned} == tuned
+    assert run["argv"][run["argv"].index("--n-steps") + 1] == "1024"  # the command re-runs without the packaged file
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

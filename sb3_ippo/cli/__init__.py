@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from sb3_ippo.cli import evaluate, train
 from sb3_ippo.cli.parser import build_parser
-from sb3_ippo.cli.values import literal, to_text, wrapper_spec
+from sb3_ippo.cli.values import to_text, wrapper_spec
+from sb3_ippo.hyperparams.text import literal
 
 __all__ = ["literal", "main", "to_text", "wrapper_spec"]
 

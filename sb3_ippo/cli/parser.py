@@ -9,16 +9,10 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from sb3_ippo.cli.settings import (
-    NOT_HYPERPARAMETERS,
-    DEFAULT_ENV,
-    DEFAULT_ENV_KWARGS,
-    MODEL_FILE,
-    PRINT_EVERY,
-    RUN_FILE,
-    TRAIN_DEFAULTS,
-)
-from sb3_ippo.cli.values import device, env_kwarg, hyperparameter_type, non_negative_int, positive_int, wrapper_spec
+from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, PRINT_EVERY, RUN_FILE, TRAIN_DEFAULTS
+from sb3_ippo.cli.values import device, env_kwarg, non_negative_int, positive_int, wrapper_spec
+from sb3_ippo.hyperparams.files import NOT_HYPERPARAMETERS
+from sb3_ippo.hyperparams.text import hyperparameter_type
 from sb3_ippo.ippo import IPPO
 
 

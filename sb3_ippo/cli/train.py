@@ -18,10 +18,11 @@ from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, 
 
 from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
 from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
-from sb3_ippo.cli.values import env_error, installed, schedule
+from sb3_ippo.cli.values import env_error, installed
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
 from sb3_ippo.hyperparameters import check_hyperparameters
+from sb3_ippo.hyperparams.text import schedule
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
