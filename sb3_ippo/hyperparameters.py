@@ -61,7 +61,10 @@ RULES: dict[str, tuple[Check, str]] = {
         "dict(snapshot_every=K, size=M) with positive integers K (updates between snapshots) and M (snapshots kept), "
         "or None",
     ),
-    "async_training": (is_bool, TRUE_OR_FALSE),
+    "async_training": (
+        lambda value: is_bool(value) or value == "auto",
+        'True (a learner process), False (updates in this process) or "auto" (a learner process where it pays)',
+    ),
     "stats_window_size": (positive_int, POSITIVE_INT + " (episodes averaged in rollout/ep_rew_mean)"),
     "policy_kwargs": (optional(lambda value: isinstance(value, Mapping)), 'a dict such as dict(net_arch=[64, 64]), or None'),
     "verbose": (non_negative_int, "0 (no output), 1 (training information) or 2 (also per-agent keys on stdout)"),
@@ -99,7 +102,7 @@ def check_hyperparameters(values: Mapping[str, Any]) -> None:
                     check_hyperparameter(name, value)
                 except ValueError as error:
                     raise ValueError(f"group_kwargs[{group!r}]: {error}") from None
-    if values.get("async_training") and values.get("max_version_lag", 1) < 1:
+    if values.get("async_training") is True and values.get("max_version_lag", 1) < 1:
         raise ValueError(
             "async_training collects each batch with the previous policy version, which max_version_lag=0 would "
             "drop as stale: use max_version_lag >= 1 or async_training=False"

@@ -15,7 +15,7 @@ import pathlib
 import warnings
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch as th
@@ -37,7 +37,7 @@ from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action
 from sb3_ippo.self_play import FrozenSeats
 from sb3_ippo.types import AgentID, ObsArray
-from sb3_ippo.update.learner import LearnerProcess
+from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.runners import GroupRunner, policy_input
 from sb3_ippo.update.settings import UpdateSettings
@@ -68,7 +68,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
     rollout_len: int | None
     max_episode_steps: int | None
     max_buffered_episodes: int | None
-    async_training: bool
+    async_training: bool | Literal["auto"]
     opponents: Mapping[AgentID, Any] | None
     policy_version: int
     stale_episodes_dropped: int
@@ -299,8 +299,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         finished_last, interrupted = False, True
         try:
-            if self.async_training:
-                self._learner = LearnerProcess(self._trainer)
+            self._learner = self._start_learner(total_timesteps - self.num_timesteps)
             while self.num_timesteps < total_timesteps:
                 if not self.collect_rollouts(self.env, callback, total_timesteps):
                     break
@@ -341,6 +340,28 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         for buffer in self.buffers.values():
             self.episodes_lost += buffer.drop_open()
         self._last_obs = None
+
+    def _start_learner(self, timesteps: int) -> LearnerProcess | None:
+        """The learner process of this ``learn`` (``async_training``), or None to update in this process.
+
+        With ``"auto"``: a learner for ``timesteps`` of at least ``AUTO_MIN_TIMESTEPS`` where this process can run one
+        beside it (two cores, not a daemonic process) and ``max_version_lag`` allows it; where the policies cannot
+        be sent to one (not picklable, or a class of an interactive session), one warning says so and training goes
+        on in this process.
+        """
+        if self.async_training is False:
+            return None
+        if self.async_training == "auto":
+            if timesteps < AUTO_MIN_TIMESTEPS or self.max_version_lag < 1 or why_no_learner() is not None:
+                return None
+            try:
+                return LearnerProcess(self._trainer)
+            except (TypeError, RuntimeError) as error:
+                message = f'async_training="auto": the updates run in this process, not a learner process: {error}'
+                self.logger.warn(message)
+                warnings.warn(message, UserWarning, stacklevel=3)
+                return None
+        return LearnerProcess(self._trainer)
 
     def _warn_no_update(self) -> None:
         """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would

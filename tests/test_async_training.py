@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
+import sb3_ippo.on_policy_algorithm as on_policy_algorithm
+import sb3_ippo.update.learner as learner_module
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.update.trainer import UpdateJob
 from tests.envs import DyingAgentsEnv
@@ -377,3 +380,60 @@ def test_a_class_from_an_interactive_session_is_a_clear_error_before_any_process
                             env={**os.environ, "PYTHONPATH": str(root)})
     assert "refused: async_training sends the policies to a learner process" in result.stdout, result.stderr[-2000:]
     assert "Define it in a module" in result.stdout
+
+
+# --- async_training="auto" -------------------------------------------------------------------------------------------
+
+
+def test_auto_updates_in_this_process_for_a_short_learn() -> None:
+    auto = make_model(async_training="auto")
+    auto.learn(4 * EPISODE_LENGTH)  # before the next model is made: making one seeds torch's global generator
+    sync = make_model(async_training=False)
+    sync.learn(4 * EPISODE_LENGTH)
+    assert auto._learner is None and auto.policy_version == sync.policy_version == 2
+    assert_same_parameters(parameters(auto), parameters(sync))
+
+
+def test_auto_starts_a_learner_for_a_long_learn(monkeypatch: pytest.MonkeyPatch, deadline: None) -> None:
+    monkeypatch.setattr(learner_module, "AUTO_MIN_TIMESTEPS", 2 * EPISODE_LENGTH)
+    monkeypatch.setattr(on_policy_algorithm, "AUTO_MIN_TIMESTEPS", 2 * EPISODE_LENGTH)
+    monkeypatch.setattr(on_policy_algorithm, "why_no_learner", lambda: None)  # as on a machine with two cores
+    auto = make_model(async_training="auto")
+    auto.learn(6 * EPISODE_LENGTH)
+    learner = make_model(async_training=True)
+    learner.learn(6 * EPISODE_LENGTH)
+    assert auto.policy_version == learner.policy_version == 3
+    assert_same_parameters(parameters(auto), parameters(learner))  # the learner's results, lag 1 and all
+
+
+def test_auto_updates_in_this_process_where_no_learner_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(on_policy_algorithm, "AUTO_MIN_TIMESTEPS", 1)
+    monkeypatch.setattr(on_policy_algorithm, "why_no_learner", lambda: "this process has a single CPU core")
+    started = []
+    monkeypatch.setattr(on_policy_algorithm, "LearnerProcess", lambda trainer: started.append(trainer))
+    model = make_model(async_training="auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a documented choice, not a fallback: no warning
+        model.learn(4 * EPISODE_LENGTH)
+    assert not started and model.policy_version == 2
+
+
+def test_auto_warns_once_and_updates_here_when_the_policies_cannot_be_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(on_policy_algorithm, "AUTO_MIN_TIMESTEPS", 1)
+    monkeypatch.setattr(on_policy_algorithm, "why_no_learner", lambda: None)
+    model = make_model(async_training="auto", policy_kwargs=dict(net_arch=[16], activation_fn=lambda: th.nn.Tanh()))
+    with pytest.warns(UserWarning, match='async_training="auto": the updates run in this process.*picklable') as caught:
+        model.learn(4 * EPISODE_LENGTH)
+    assert len([w for w in caught if "async_training" in str(w.message)]) == 1
+    assert model._learner is None and model.policy_version == 2
+
+
+def test_in_a_daemonic_process_true_is_a_clear_error_and_auto_trains_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    daemon = type("DaemonProcess", (), {"daemon": True})()
+    monkeypatch.setattr(learner_module.multiprocessing, "current_process", lambda: daemon)
+    monkeypatch.setattr(on_policy_algorithm, "AUTO_MIN_TIMESTEPS", 1)
+    with pytest.raises(RuntimeError, match="async_training starts a learner process, which a daemonic process"):
+        make_model(async_training=True).learn(4 * EPISODE_LENGTH)
+    auto = make_model(async_training="auto")
+    auto.learn(4 * EPISODE_LENGTH)
+    assert auto._learner is None and auto.policy_version == 2

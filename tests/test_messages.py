@@ -64,7 +64,7 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("rollout_len", 0, "a positive integer"),
     ("max_episode_steps", -5, "a positive integer"),
     ("max_buffered_episodes", 0, "a positive integer"),
-    ("async_training", "no", "True or False"),
+    ("async_training", "no", "True (a learner process), False (updates in this process) or \"auto\""),
     ("kl_stop", "after", '"after_step" (the reference) or "before_step" (SB3)'),
     ("version_stamp", None, '"episode_end" (the reference) or "first_step"'),
     ("groups", ["agent_0"], "a dict {group name: [agent ids]} or None"),

@@ -123,11 +123,17 @@ def schedule(value: Any) -> Any:
     return LinearSchedule(start=float(match.group(1)), end=0.0, end_fraction=1.0)
 
 
+def _boolean_or_auto(text: str) -> bool | str:
+    return "auto" if text.strip().strip("'\"").lower() == "auto" else _boolean(text)
+
+
 def hyperparameter_type(name: str, annotation: str) -> Callable[[str], Any]:
     """The argparse ``type`` of an IPPO hyperparameter, from its annotation; the value is validated as IPPO does."""
     base: Callable[[str], Any]
     if "Schedule" in annotation:
         base, expected = _number_or_schedule, "a number or lin_<number> (a linear schedule)"
+    elif annotation.startswith("bool") and "auto" in annotation:
+        base, expected = _boolean_or_auto, 'True, False or "auto"'
     elif annotation.startswith("bool") and "Mapping" in annotation:
         base, expected = _boolean_or_dict, 'True, False or a dict, e.g. "{\'agent\': True}"'
     elif annotation.startswith("bool"):

@@ -6,7 +6,7 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch as th
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -135,6 +135,11 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
         a ``RuntimeError``; the model keeps its last applied weights. The policies must be picklable; a class written
         in the training script itself needs the script's ``if __name__ == "__main__":`` (``docs/algorithm.md``).
+        ``"auto"``: a learner process for a ``learn`` of at least 20,000 env steps (``AUTO_MIN_TIMESTEPS``, below
+        which starting one does not pay) when this process has a second CPU core and may start processes (not a
+        ``multiprocessing.Pool`` worker) and ``max_version_lag >= 1``; otherwise the updates run in this process, as
+        with False. Where the policies cannot be sent to a learner, one warning says why and training goes on here.
+        So its results depend on the budget and the machine: set True or False for runs that must match.
     :param opponents: ``{agent id: opponent}``: seats that a fixed opponent plays and that never train (nothing of
         theirs is stored): ``"random"`` (uniform among the legal moves), any model's ``predict`` (an IPPO model plays
         the seat with its policy for that agent; ``PPO``, ``MaskablePPO``, a policy), or a function of the batched
@@ -194,7 +199,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         share_parameters: bool | Mapping[str, bool] = False,
         group_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         batched: bool = True,
-        async_training: bool = False,
+        async_training: bool | Literal["auto"] = False,
         opponents: Mapping[AgentID, Any] | None = None,
         self_play_pool: Mapping[str, int] | None = None,
         stats_window_size: int = 100,

@@ -12,6 +12,7 @@ This module imports the update code only: not the env layer.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import pickle
 import signal
@@ -27,6 +28,26 @@ from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
 
 # How long ``LearnerProcess.close`` waits for the learner to stop on its own before terminating it.
 STOP_TIMEOUT = 5.0
+# ``async_training="auto"`` starts a learner for a ``learn`` of at least this many env steps: starting one takes a
+# second or two (a fresh interpreter imports torch), which a shorter run would not win back.
+AUTO_MIN_TIMESTEPS = 20_000
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def why_no_learner() -> str | None:
+    """Why this process cannot usefully run a learner process beside it (None: it can): a single core, or a daemonic
+    process (a ``multiprocessing.Pool`` worker), which may not start processes."""
+    if multiprocessing.current_process().daemon:
+        return "this is a daemonic process (e.g. a multiprocessing.Pool worker), which may not start processes"
+    if available_cores() < 2:
+        return "this process has a single CPU core, which collection and the learner would share"
+    return None
 
 
 def _learner_main(connection: Connection) -> None:
@@ -92,7 +113,8 @@ class LearnerProcess:
     :param trainer: Pickled and sent once; the child trains its copy from then on.
     :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
     :raises RuntimeError: if the trainer holds a class defined in an interactive session (a notebook), which no other
-        process can import: define it in a module, or train with ``async_training=False``.
+        process can import: define it in a module, or train with ``async_training=False``; and in a daemonic process,
+        which may not start one.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -113,6 +135,11 @@ class LearnerProcess:
                 "async_training sends the policies to a learner process, and they use a class defined in this "
                 "interactive session (a notebook or the Python prompt), which another process cannot import. Define "
                 "it in a module (a .py file you import), or use async_training=False."
+            )
+        if multiprocessing.current_process().daemon:
+            raise RuntimeError(
+                "async_training starts a learner process, which a daemonic process (e.g. a multiprocessing.Pool worker) "
+                "may not do: use async_training=False or \"auto\" there, or run training in a non-daemonic process"
             )
         context = th.multiprocessing.get_context("spawn")
         self._connection, child_connection = context.Pipe()
