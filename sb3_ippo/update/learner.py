@@ -130,7 +130,8 @@ class LearnerProcess:
         main_spec = getattr(sys.modules["__main__"], "__spec__", None)
         # A notebook's or the prompt's main module has no file another process could run (python - gives "<stdin>").
         interactive = main_spec is None and (main_file is None or not os.path.isfile(main_file))
-        if needs_main_module(payload) and interactive:
+        needs_main = needs_main_module(payload)
+        if needs_main and interactive:
             raise RuntimeError(
                 "async_training sends the policies to a learner process, and they use a class defined in this "
                 "interactive session (a notebook or the Python prompt), which another process cannot import. Define "
@@ -144,7 +145,7 @@ class LearnerProcess:
         context = th.multiprocessing.get_context("spawn")
         self._connection, child_connection = context.Pipe()
         self.process = context.Process(target=_learner_main, args=(child_connection,), name="ippo-learner", daemon=True)
-        with _main_module_hidden(not needs_main_module(payload)):
+        with _main_module_hidden(not needs_main):
             self.process.start()
         child_connection.close()
         self._updates = 0
