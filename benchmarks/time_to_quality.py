@@ -81,6 +81,7 @@ os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 import numpy as np
 from pettingzoo import ParallelEnv
 from pettingzoo.utils import BaseParallelWrapper
+from supersuit.utils.action_transforms import homogenize_ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -237,7 +238,8 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
     task = TASKS[task_name]
     kwargs = task.kwargs(smoke)
     n_envs = 2 if smoke else task.n_envs
-    agents = list(task.make_env(**kwargs).possible_agents)
+    probe = task.make_env(**kwargs)
+    agents = list(probe.possible_agents)
     if algo in IPPO_ALGOS:
         env = make_vec_env(task.make_env, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
         model = IPPO(task.policy, env, seed=seed, device="cpu", **learning.IPPO_VARIANTS[algo])
@@ -252,10 +254,14 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
         assert shape is not None
         recorder = common.EpisodeRecorder(agents, peer=True)
 
+        action_spaces = {agent: probe.action_space(agent) for agent in agents}
+
         def act_peer(agent: str, obs: np.ndarray) -> Any:
-            # SuperSuit's pad_observations_v0: zeros appended up to the largest observation.
+            # SuperSuit's pad_observations_v0: zeros appended up to the largest observation; pad_action_space_v0's
+            # mapping back of a padded action to the agent's own space (a Discrete action past the agent's n is 0).
             padded = np.pad(obs, [(0, total - size) for total, size in zip(shape, obs.shape, strict=True)])
-            return peer.predict(padded, deterministic=True)[0]
+            action = peer.predict(padded, deterministic=True)[0]
+            return homogenize_ops.dehomogenize_actions(action_spaces[agent], action)
 
         return Learner(lambda steps: peer.learn(steps * len(agents), callback=recorder), lambda: recorder.episodes,
                        act_peer, peer, stacked=True)

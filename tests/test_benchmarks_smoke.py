@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 from stable_baselines3 import PPO
 
@@ -166,6 +167,17 @@ def test_time_to_quality_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str
     table = capsys.readouterr().out
     assert "equal steps" in table and "equal time" in table and "n_steps 256/entry, batch 256" in table
     assert (tmp_path / "time_to_quality_simple_spread_v3.png").stat().st_size > 0
+
+
+def test_time_to_quality_peer_acts_in_each_agents_own_space() -> None:
+    """The peer's padded action is mapped back as SuperSuit's pad_action_space_v0 does (the speaker has 3 of 5)."""
+    ttq = load_benchmark("time_to_quality")
+    learner = ttq.build("peer", "simple_speaker_listener_v4", 0, smoke=True)
+    speaker_space = ttq.TASKS["simple_speaker_listener_v4"].make_env().action_space("speaker_0")
+    observations = np.random.default_rng(0).normal(scale=30.0, size=(200, 3)).astype(np.float32)
+    padded = [int(learner.model.predict(np.pad(obs, (0, 8)), deterministic=True)[0]) for obs in observations]
+    assert max(padded) >= speaker_space.n  # the untrained network does pick padded actions
+    assert all(speaker_space.contains(learner.act("speaker_0", obs)) for obs in observations)
 
 
 def test_time_to_quality_throughput_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
