@@ -32,7 +32,13 @@ itself unless said otherwise:
   its episodes that ended in (0.9 S_T, S_T]. An algorithm that finished its budget before T is read at its end
   (marked ``<``: it had no more steps to give in T). With the peer as the reference the question answered is "what
   does IPPO give in the time the usual alternative takes"; the slowest algorithm's time would flatter the slow.
-- **eval**: the final model's deterministic evaluation (``--eval-episodes`` episodes).
+- **equal time (rates)**, with ``--rates``: the env steps S = B x (algorithm's steps/s) / (peer's steps/s) that the
+  algorithm makes in the peer's time for the budget B, the rates taken from a ``throughput.csv`` of ``--throughput``
+  (alternating rounds on an idle machine); the figure is read as the equal-steps one over (0.9 S, S]. Env-step
+  curves do not depend on timing (IPPO's learner process applies updates at fixed points), so this figure stays true
+  for runs that shared the machine. Give IPPO a budget past B (``--ippo-timesteps``) for S to fall inside its run;
+  a run that stopped short of S is read at its end (marked ``<``).
+- **eval**: the final model's deterministic evaluation (``--eval-episodes`` episodes), after its own budget.
 - simple_adversary is scored for its good agents (summed); its eval is cross-play with the opponent held fixed
   (``benchmarks/cross_play.py``'s ``play``): every algorithm's good agents against the ``peer``'s adversary of the
   same seed (for the peer's own row: the adversary it trained with), and the ``eval adv.`` column: every algorithm's
@@ -46,10 +52,11 @@ The suite (``TASKS``; budgets are per-task defaults): mpe2 simple_spread_v3 (N=3
 (heterogeneous spaces: the peer pads), simple_adversary_v3 (N=2), sisl waterworld_v4 when the installed PettingZoo
 has it (PettingZoo 1.27 removed it; sisl multiwalker_v9 is the continuous stand-in), sisl pursuit (v4 or v5,
 8 pursuers), butterfly pistonball_v6 with CnnPolicy (4 pistons, discrete, ``examples/pistonball_cnn.py``'s
-color_reduction + resize 48x48 + frame_stack 3). Each task has a random-policy baseline in the table.
+color_reduction + resize 48x48 + frame_stack 3). Each task has a random-policy baseline in the table. Outside the
+suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at ten agents.
 
     python benchmarks/time_to_quality.py [--tasks simple_spread_v3 ...] [--algos ippo peer peer_sb3_defaults skrl]
-        [--seeds 1] [--timesteps N] [--out runs/time_to_quality] [--smoke]
+        [--seeds 1] [--timesteps N] [--ippo-timesteps N] [--rates throughput.csv] [--out runs/time_to_quality] [--smoke]
     python benchmarks/time_to_quality.py --throughput [--rounds 3] [--throughput-steps 4000] [--tasks ...]
 
 Writes to ``--out``: ``runs/<task>_<algo>_seed<S>.csv`` (one row per training episode: algo, task, seed, episode,
@@ -158,6 +165,7 @@ class Task:
     skrl: bool = True
     cross_play: bool = False  # simple_adversary: scored by its good agents, evaluated against a fixed opponent
     anchor: str = ""  # a published figure in our reward convention, from the project's docs only
+    suite: bool = True  # False: run only when named (--tasks), e.g. simple_spread at N=10 for --throughput
 
     def kwargs(self, smoke: bool) -> dict[str, Any]:
         return {**self.env_kwargs, **(self.smoke_env_kwargs if smoke else {})}
@@ -169,6 +177,7 @@ SPREAD_ANCHOR = "published IPPO/MAPPO after 20M env steps: about -22 to -30 (doc
 
 TASKS: dict[str, Task] = {
     "simple_spread_v3": Task(mpe("simple_spread_v3"), {"N": 3, "max_cycles": 25}, 500_000, anchor=SPREAD_ANCHOR),
+    "simple_spread_v3_n10": Task(mpe("simple_spread_v3"), {"N": 10, "max_cycles": 25}, 500_000, suite=False),
     "simple_speaker_listener_v4": Task(mpe("simple_speaker_listener_v4"), {"max_cycles": 25}, 500_000),
     "simple_adversary_v3": Task(mpe("simple_adversary_v3"), {"N": 2, "max_cycles": 25}, 500_000, cross_play=True),
     "multiwalker_v9": Task(lambda **kw: sisl_env("multiwalker_v9")(**kw), {"max_cycles": 500}, 1_000_000,
@@ -333,9 +342,24 @@ def at_equal_time(result: dict[str, Any], members: list[str], seconds: float) ->
     return value, reached, result["train_seconds"] < seconds
 
 
+def at_env_steps(result: dict[str, Any], members: list[str], env_steps: int) -> tuple[float, bool]:
+    """(return over (0.9 S, S], the run stopped short of S): S capped at the run's budget."""
+    reached = min(env_steps, result["timesteps"])
+    return window_mean(result["episodes"], members, "env_steps", 0.9 * reached, reached), reached < env_steps
+
+
+def read_rates(path: Path | None) -> dict[tuple[str, str], float]:
+    """(task, algo) -> env steps/s, from a ``throughput.csv`` of ``--throughput``."""
+    if path is None:
+        return {}
+    with open(path) as file:
+        return {(row["task"], row["algo"]): float(row["env_steps_per_s"]) for row in csv.DictReader(file)}
+
+
 def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per task and algorithm (mean over seeds), plus each task's random-policy row."""
     rows: list[dict[str, Any]] = []
+    rates = read_rates(args.rates)
     for task_name in dict.fromkeys(r["task"] for r in results):
         task_results = [r for r in results if r["task"] == task_name]
         agents = list(TASKS[task_name].make_env(**TASKS[task_name].kwargs(args.smoke)).possible_agents)
@@ -347,6 +371,11 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
             runs = [r for r in task_results if r["algo"] == algo]
             steps = [window_mean(r["episodes"], members, "env_steps", 0.9 * budget, budget) for r in runs]
             timed = [at_equal_time(r, members, reference[r["seed"]]) for r in runs if r["seed"] in reference]
+            # From the rates of --throughput (alternating rounds, idle machine): the env steps S this algorithm makes
+            # in the time the peer takes for the budget, read on its env-step curve. Immune to a shared machine.
+            ratio = rates.get((task_name, algo), float("nan")) / rates.get((task_name, "peer"), float("nan"))
+            rated_steps = int(budget * ratio) if np.isfinite(ratio) else 0
+            rated = [at_env_steps(r, members, rated_steps) for r in runs] if rated_steps else []
             evals = [sum(r["final"][f"return/{a}"] for a in members) for r in runs]
             row = {
                 "task": task_name, "algo": algo, "seeds": len(runs), "budget_env_steps": budget,
@@ -355,6 +384,10 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
                 "equal_time": float(np.mean([t[0] for t in timed])) if timed else float("nan"),
                 "env_steps_at_equal_time": int(np.mean([t[1] for t in timed])) if timed else 0,
                 "finished_early": any(t[2] for t in timed),
+                "rate_ratio": ratio,
+                "equal_time_rates": float(np.mean([value for value, _ in rated])) if rated else float("nan"),
+                "env_steps_at_equal_time_rates": rated_steps,
+                "short_of_rates": any(short for _, short in rated),
                 "eval_deterministic": float(np.mean(evals)),
                 "train_seconds": float(np.mean([r["train_seconds"] for r in runs])),
                 "peer_configuration": label(algo, args.smoke),
@@ -369,8 +402,9 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
         random_score = sum(random[f"return/{a}"] for a in members)
         rows.append({"task": task_name, "algo": "random", "seeds": 0, "budget_env_steps": 0, "equal_env_steps": random_score,
                      "equal_time_seconds": float("nan"), "equal_time": random_score, "env_steps_at_equal_time": 0,
-                     "finished_early": False, "eval_deterministic": random_score, "train_seconds": 0.0,
-                     "peer_configuration": "random actions"})
+                     "finished_early": False, "rate_ratio": float("nan"), "equal_time_rates": random_score,
+                     "env_steps_at_equal_time_rates": 0, "short_of_rates": False, "eval_deterministic": random_score,
+                     "train_seconds": 0.0, "peer_configuration": "random actions"})
     return rows
 
 
@@ -394,15 +428,19 @@ def table(rows: list[dict[str, Any]]) -> str:
         "eval: deterministic evaluation of the final model (simple_adversary: good agents against the peer's adversary; "
         "eval adv.: adversary against the peer's good agents). Scores: team return (simple_adversary: good agents).",
         "Wall-clock figures come from one run each on a shared machine: quote --throughput's alternating rounds for speed.",
+        "equal time (rates): the same, at the env steps S this algorithm makes in the peer's time for the budget by the "
+        "--rates file's steps/s (x peer: their ratio); '<': the run stopped short of S (read at its end).",
         "",
         f"{'task':<27}{'algorithm':<19}{'budget':>10}{'equal steps':>13}{'equal time':>12}{'T (s)':>8}{'steps@T':>10}"
-        f"{'eval':>9}{'eval adv.':>10}{'train s':>9}  configuration",
+        f"{'x peer':>8}{'eq. time (rates)':>18}{'S':>10}{'eval':>9}{'eval adv.':>10}{'train s':>9}  configuration",
     ]
     for row in rows:
         mark = "<" if row["finished_early"] else " "
+        short = "<" if row["short_of_rates"] else " "
         lines.append(
             f"{row['task']:<27}{row['algo']:<19}{row['budget_env_steps']:>10,}{row['equal_env_steps']:>13.2f}"
             f"{row['equal_time']:>11.2f}{mark}{row['equal_time_seconds']:>7.1f}{row['env_steps_at_equal_time']:>10,}"
+            f"{row['rate_ratio']:>8.2f}{row['equal_time_rates']:>17.2f}{short}{row['env_steps_at_equal_time_rates']:>10,}"
             f"{row['eval_deterministic']:>9.2f}{row.get('eval_adversary', float('nan')):>10.2f}{row['train_seconds']:>9.1f}"
             f"  {row['peer_configuration']}"
         )
@@ -496,10 +534,17 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=[name for name, task in TASKS.items() if task.suite],
+                        choices=list(TASKS))
     parser.add_argument("--algos", nargs="+", default=list(DEFAULT_ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0..S-1")
     parser.add_argument("--timesteps", type=int, default=None, help="env steps per run (default: the task's budget)")
+    parser.add_argument("--ippo-timesteps", type=int, default=None,
+                        help="env steps per IPPO run (default: as --timesteps); more than the peer's budget lets the "
+                             "equal-time figures read IPPO past it")
+    parser.add_argument("--rates", type=Path, default=None,
+                        help="a throughput.csv of --throughput (same tasks and algos): adds the equal-time figure "
+                             "read at the env steps each algorithm makes in the peer's time by those rates")
     parser.add_argument("--eval-episodes", type=int, default=100, help="deterministic evaluation episodes")
     parser.add_argument("--bins", type=int, default=40, help="points per curve")
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_quality"))
@@ -531,7 +576,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for seed in range(args.seeds):
             # The peer first: its time is the reference of the equal-time figure.
             for algo in sorted(algos, key=lambda a: a != "peer"):
-                results.append(run_one(algo, task_name, seed, timesteps, args))
+                budget = args.ippo_timesteps if algo in IPPO_ALGOS and args.ippo_timesteps else timesteps
+                results.append(run_one(algo, task_name, seed, budget, args))
     rows = summarize(results, args)
     args.out.mkdir(parents=True, exist_ok=True)
     write_summary(rows, args.out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import sys
 from pathlib import Path
@@ -155,17 +156,30 @@ def test_cross_play_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_time_to_quality_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rates = tmp_path / "throughput.csv"
+    rates.write_text("task,algo,env_steps_per_s\nsimple_spread_v3,ippo,300\nsimple_spread_v3,peer,100\n")
     rows = load_benchmark("time_to_quality").main(
-        ["--smoke", "--tasks", "simple_spread_v3", "--algos", "ippo", "peer", "--out", str(tmp_path)]
+        ["--smoke", "--tasks", "simple_spread_v3", "--algos", "ippo", "peer", "--out", str(tmp_path),
+         "--ippo-timesteps", "400", "--rates", str(rates)]
     )
     assert {row["algo"] for row in rows} == {"ippo", "peer", "random"}
-    for algo in ("ippo", "peer"):
+    for algo, episodes in (("ippo", 16), ("peer", 8)):  # 400 and 200 env steps of 25-step episodes
         with open(tmp_path / "runs" / f"simple_spread_v3_{algo}_seed0.csv") as file:
             header = file.readline().strip().split(",")
             assert header[:7] == ["algo", "task", "seed", "episode", "env_steps", "wall_seconds", "episode_return"]
-            assert len(file.readlines()) == 8  # 200 env steps of 25-step episodes
+            assert len(file.readlines()) == episodes
+    by_algo = {row["algo"]: row for row in rows}
+    assert by_algo["ippo"]["budget_env_steps"] == 200  # equal steps: read at the smallest budget
+    # 3x the peer's rate: 600 env steps in the peer's time for 200, past IPPO's 400, so read at its end and marked.
+    ippo = by_algo["ippo"]
+    assert (ippo["rate_ratio"], ippo["env_steps_at_equal_time_rates"], ippo["short_of_rates"]) == (3.0, 600, True)
+    with open(tmp_path / "runs" / "simple_spread_v3_ippo_seed0.csv") as file:
+        last_tenth = [float(r["episode_return"]) for r in csv.DictReader(file) if 360 < int(r["env_steps"]) <= 400]
+    assert ippo["equal_time_rates"] == pytest.approx(np.mean(last_tenth), abs=1e-3)
+    assert by_algo["peer"]["rate_ratio"] == 1.0 and not by_algo["peer"]["short_of_rates"]
     table = capsys.readouterr().out
     assert "equal steps" in table and "equal time" in table and "n_steps 256/entry, batch 256" in table
+    assert "eq. time (rates)" in table
     assert (tmp_path / "time_to_quality_simple_spread_v3.png").stat().st_size > 0
 
 
