@@ -71,6 +71,7 @@ ALGOS = (
     "ippo_episodic",
     "ippo_async_e40",
     "ippo_async_e20",
+    "ippo_e80_sync",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -83,10 +84,11 @@ LABELS = {
     "ippo_episodic": "IPPO (defaults), time limit as termination",
     "ippo_async_e40": "IPPO, async_training, n_epochs 40",
     "ippo_async_e20": "IPPO, async_training, n_epochs 20",
+    "ippo_e80_sync": "IPPO, the defaults before issue 22 (n_epochs 80, synchronous)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan",
+    "tab:cyan", "black",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -112,6 +114,7 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_episodic": {"time_limit_bootstrap": False},
     "ippo_async_e40": {"async_training": True, "n_epochs": 40},
     "ippo_async_e20": {"async_training": True, "n_epochs": 20},
+    "ippo_e80_sync": {"async_training": False, "n_epochs": 80},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),

@@ -554,7 +554,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--throughput", action="store_true", help="measure env steps/s side by side instead")
     parser.add_argument("--rounds", type=int, default=3, help="--throughput: rounds per algorithm")
     parser.add_argument("--throughput-steps", type=int, default=4_000, help="--throughput: env steps per round")
-    parser.add_argument("--seed-offset", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="seeds start here (for one seed per process: --seeds 1 --seed-offset 2)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.eval_episodes = min(args.eval_episodes, 2)
@@ -573,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         smoke_steps = 8 * task.kwargs(True).get("max_cycles", 25)  # 8 episodes in all (4 per copy): one IPPO update
         timesteps = args.timesteps or (smoke_steps if args.smoke else task.timesteps)
         algos = [algo for algo in args.algos if algo != "skrl" or task.skrl]
-        for seed in range(args.seeds):
+        for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             # The peer first: its time is the reference of the equal-time figure.
             for algo in sorted(algos, key=lambda a: a != "peer"):
                 budget = args.ippo_timesteps if algo in IPPO_ALGOS and args.ippo_timesteps else timesteps
