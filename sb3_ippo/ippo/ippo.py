@@ -19,7 +19,7 @@ from sb3_ippo.buffer import VersionStamp
 from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
-from sb3_ippo.ippo.logs import log_names
+from sb3_ippo.logs import log_names
 from sb3_ippo.ippo.networks import group_policy_class, make_group_policies, module_keys
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch as th
 from gymnasium import spaces
 
-from sb3_ippo.ippo.checks import check_env_matches
+from sb3_ippo.checks import check_env_matches
 from sb3_ippo.serialization.encoding import _is_class_attribute
 from sb3_ippo.serialization.errors import _REBUILD_ERRORS, ModelFileError, _file_errors
 from sb3_ippo.serialization.files import PathOrFile, load_safetensors, load_zip_trusted, load_zip_untrusted, safetensors_file
