@@ -31,6 +31,7 @@ import sb3_ippo.on_policy_algorithm as on_policy_algorithm
 import sb3_ippo.update.learner as learner_module
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.update.trainer import UpdateJob
+from sb3_ippo.update.learner import guards_main
 from tests.envs import DyingAgentsEnv
 from tests.helpers import (
     EPISODE_LENGTH,
@@ -358,6 +359,81 @@ def test_a_script_without_a_main_guard_trains_with_async_training(tmp_path: path
                             env={**os.environ, "PYTHONPATH": str(root)})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "policy_version 3" in result.stdout
+
+
+SCRIPT_WITH_A_POLICY_CLASS = """
+import torch as th
+from stable_baselines3.common.policies import ActorCriticPolicy
+import sb3_ippo.on_policy_algorithm
+from sb3_ippo import IPPO
+from tests.envs import DyingAgentsEnv
+
+sb3_ippo.on_policy_algorithm.AUTO_MIN_TIMESTEPS = 0  # "auto" would start a learner for this short learn
+
+
+class MyPolicy(ActorCriticPolicy):
+    pass
+
+
+def train():
+    th.set_num_threads(1)
+    print("TRAIN-START")
+    model = IPPO(MyPolicy, DyingAgentsEnv(), n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0,
+                 async_training=ASYNC)
+    try:
+        model.learn(40)
+    except RuntimeError as error:
+        print("refused:", error)
+    print("policy_version", model.policy_version)
+"""
+
+
+def run_script(tmp_path: pathlib.Path, text: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=root, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+
+
+@pytest.mark.parametrize("async_training", [True, "auto"])
+def test_a_class_from_a_script_without_a_main_guard_never_starts_its_training_twice(
+    async_training: bool | str, tmp_path: pathlib.Path, deadline: None
+) -> None:
+    # The learner would have to import the script, which would train again there: True refuses, "auto" trains here.
+    result = run_script(tmp_path, SCRIPT_WITH_A_POLICY_CLASS.replace("ASYNC", repr(async_training)) + "train()\n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("TRAIN-START") == 1
+    if async_training is True:
+        assert "refused: async_training sends the policies" in result.stdout and "no `if __name__" in result.stdout
+        assert "policy_version 0" in result.stdout  # refused before any update
+    else:
+        assert 'async_training="auto": the updates run in this process' in result.stderr
+        assert "policy_version 3" in result.stdout
+
+
+def test_a_class_from_a_guarded_script_trains_in_the_learner(tmp_path: pathlib.Path, deadline: None) -> None:
+    text = SCRIPT_WITH_A_POLICY_CLASS.replace("ASYNC", "True") + 'if __name__ == "__main__":\n    train()\n'
+    result = run_script(tmp_path, text)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("TRAIN-START") == 1 and "policy_version 3" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("source", "guarded"),
+    [
+        ('if __name__ == "__main__":\n    main()\n', True),
+        ("if '__main__' == __name__:\n    main()\n", True),
+        ("main()\n", False),
+        ('def f():\n    if __name__ == "__main__":\n        main()\n', False),  # not at the top level
+        ("if __name__ == '__mp_main__':\n    main()\n", False),
+        ("this is not python(\n", True),  # unreadable: nothing is refused on a guess
+    ],
+)
+def test_guards_main(source: str, guarded: bool, tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    assert guards_main(str(script)) is guarded
 
 
 def test_a_class_from_an_interactive_session_is_a_clear_error_before_any_process_starts() -> None:

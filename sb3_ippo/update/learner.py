@@ -11,6 +11,7 @@ This module imports the update code only: not the env layer.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import multiprocessing
 import os
@@ -102,6 +103,24 @@ def needs_main_module(payload: bytes) -> bool:
     return b"__main__" in payload
 
 
+def guards_main(path: str) -> bool:
+    """Whether the script at ``path`` runs its top-level work under ``if __name__ == "__main__":`` (a file that cannot
+    be read or parsed counts as guarded: then nothing is refused on a guess)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            tree = ast.parse(file.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return True
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.comparators) == 1:
+            sides = [node.test.left, node.test.comparators[0]]
+            names = [side.id for side in sides if isinstance(side, ast.Name)]
+            constants = [side.value for side in sides if isinstance(side, ast.Constant)]
+            if names == ["__name__"] and constants == ["__main__"]:
+                return True
+    return False
+
+
 class LearnerProcess:
     """One child process (torch multiprocessing, spawn start method) that runs every update of one ``learn``.
 
@@ -113,8 +132,9 @@ class LearnerProcess:
     :param trainer: Pickled and sent once; the child trains its copy from then on.
     :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
     :raises RuntimeError: if the trainer holds a class defined in an interactive session (a notebook), which no other
-        process can import: define it in a module, or train with ``async_training=False``; and in a daemonic process,
-        which may not start one.
+        process can import, or in a script without ``if __name__ == "__main__":``, which the learner cannot import
+        without starting its training again: define it in a module, or train with ``async_training=False``; and in a
+        daemonic process, which may not start one.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -136,6 +156,13 @@ class LearnerProcess:
                 "async_training sends the policies to a learner process, and they use a class defined in this "
                 "interactive session (a notebook or the Python prompt), which another process cannot import. Define "
                 "it in a module (a .py file you import), or use async_training=False."
+            )
+        if needs_main and not interactive and main_file is not None and not guards_main(main_file):
+            raise RuntimeError(
+                f"async_training sends the policies to a learner process, and they use a class defined in the script "
+                f"{main_file} itself, so the learner must import it; the script has no `if __name__ == \"__main__\":`, "
+                "so importing it would start its training again there. Put the training code under that guard, define "
+                "the class in a module you import, or use async_training=False."
             )
         if multiprocessing.current_process().daemon:
             raise RuntimeError(
