@@ -1,14 +1,15 @@
-"""IPPO's training speed with ``async_training`` (each update in a learner process, overlapping collection)
-against the synchronous default, on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25).
+"""IPPO's training speed with ``async_training=True`` (each update in a learner process, overlapping collection)
+against synchronous updates (``async_training=False``), on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25).
 
-Both run IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.02) on ``--n-envs`` copies with 64x64 networks; only
-``async_training`` differs. Each round trains a fresh model of each mode for ``--timesteps`` env steps, with each kind of
-env copies of ``--vec-env`` (in-process "dummy" and worker-process "subproc" by default); the modes take turns (A B, then
-B A ...) and the figures are medians over the rounds. Torch runs one thread in the main process and one in the learner,
-so collection and the update use one core each. An async round's whole ``learn`` includes starting its learner (a
-fresh interpreter importing torch: one to a few seconds) and stopping it; its steady state runs from the first applied
-update to the last env step. The gain needs a second free core: on a machine whose cores are busy it is
-small or none, and the load average printed says how busy it was.
+Both run n_episodes 8, n_epochs 80 (the defaults before issue 22; n_epochs is now 20 by default), target_kl 0.02
+and 64x64 networks on ``--n-envs`` copies; only ``async_training`` differs, set explicitly on both sides (its default,
+"auto", would choose by budget and machine). Each round trains a fresh model of each mode for ``--timesteps`` env
+steps, with each kind of env copies of ``--vec-env`` (in-process "dummy" and worker-process "subproc" by default);
+the modes take turns (A B, then B A ...) and the figures are medians over the rounds. Torch runs one thread in the
+main process and one in the learner, so collection and the update use one core each. An async round's whole
+``learn`` includes starting its learner (a fresh interpreter importing torch: one to a few seconds) and stopping it;
+its steady state runs from the first applied update to the last env step. The gain needs a second free core: on a
+machine whose cores are busy it is small or none, and the load average printed says how busy it was.
 
     python benchmarks/async_training.py [--rounds 3] [--timesteps 12000] [--n-envs 8] [--vec-env dummy subproc]
 """
@@ -31,7 +32,9 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_ippo import IPPO
 
 ENV_NAME = "simple_spread_v3"
-MODES = {"sync": False, "async": True}
+MODES = {"sync": False, "async": True}  # async_training of each side: never the default "auto"
+# The settings of the documented measurements (docs/benchmarks.md): n_epochs 80, the default before issue 22.
+N_EPOCHS = 80
 
 
 class SteadyClock(BaseCallback):
@@ -57,7 +60,7 @@ def train_rate(async_training: bool, vec_env: str, args: argparse.Namespace, see
     included), and in the steady state, from the first applied update to the last env step."""
     kwargs = common.env_kwargs(ENV_NAME)
     env = common.make_ippo_env(ENV_NAME, args.n_envs, seed, kwargs, vec_env_cls=vec_env)
-    model = IPPO("MlpPolicy", env, async_training=async_training, seed=seed, device="cpu",
+    model = IPPO("MlpPolicy", env, n_epochs=N_EPOCHS, async_training=async_training, seed=seed, device="cpu",
                  policy_kwargs={"net_arch": common.NET_ARCH})
     clock = SteadyClock()
     start = time.perf_counter()
@@ -104,8 +107,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
             print(f"round {round_index + 1} ({vec_env}): {line}; load average {os.getloadavg()[0]:.1f}", flush=True)
     results: dict[str, dict[str, float]] = {}
     print(common.machine_description())
-    print(f"{ENV_NAME} (N=3, 25 cycles), {args.n_envs} copies, IPPO defaults; {args.rounds} rounds x {args.timesteps:,} "
-          f"env steps per mode, alternating (load average before: {load_before:.1f}, after: {os.getloadavg()[0]:.1f})")
+    print(f"{ENV_NAME} (N=3, 25 cycles), {args.n_envs} copies, n_episodes 8, n_epochs {N_EPOCHS}, target_kl 0.02; "
+          f"{args.rounds} rounds x {args.timesteps:,} env steps per mode, alternating (load average before: "
+          f"{load_before:.1f}, after: {os.getloadavg()[0]:.1f})")
     print(f"{'copies':<9}{'mode':<14}{'env steps/s (median)':>22}{'min':>10}{'max':>10}")
     for vec_env, by_mode in rates.items():
         medians = {mode: statistics.median(values) for mode, values in by_mode.items()}

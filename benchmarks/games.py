@@ -46,13 +46,16 @@ from sb3_ippo.games import evaluate_game
 # Chosen on short runs (docs/benchmarks.md#turn-based-games), tictactoe's second seat being the hard one: 10 passes
 # per update, a learning rate decaying linearly from 1e-3 to 0 over the run, a little entropy, and a 256x256 ReLU
 # network; per seat an update every 1,024 moves (minibatches of 256) in tictactoe, every 512 (minibatches of 128) in
-# connect four. IPPO's defaults (64x64 tanh, an update every 8 games, constant 3e-4) stay near 80% non-loss in
-# tictactoe's second seat.
+# connect four. IPPO's defaults before issue 22 (64x64 tanh, an update every 8 games, up to 80 passes at a constant
+# 3e-4) stayed near 80% non-loss in tictactoe's second seat. Updates run in the training process, as in the
+# documented runs: the default async_training="auto" would start a learner process for these budgets with --jobs 1
+# but not in the --jobs pool's workers (daemons), so the results would depend on --jobs.
 HYPERPARAMETERS: dict[str, Any] = dict(
     n_epochs=10,
     learning_rate=LinearSchedule(1e-3, 0.0, 1.0),
     ent_coef=0.01,
     policy_kwargs=dict(net_arch=[256, 256], activation_fn=th.nn.ReLU),
+    async_training=False,
 )
 BATCHES = {"tictactoe": dict(n_steps=1024, batch_size=256), "connect_four": dict(n_steps=512, batch_size=128)}
 # One seat of every connect four game is played by one of the last 20 snapshots, taken every 10 updates.

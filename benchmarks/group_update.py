@@ -2,11 +2,12 @@
 per minibatch for the group) against the one-agent-at-a-time reference path (``batched=False``), on mpe2
 ``simple_spread_v3`` with N = 3, 6, 10 agents.
 
-For each N: one model with IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.02, whole-batch minibatches,
-normalized returns, 64x64 networks) collects one update's worth of trajectories from 8 env copies. Then, round after
-round, fresh copies of the untrained model update on exactly those trajectories, the two paths taking turns
-(A B A B ...). Both paths give the same parameters and run the same passes (``tests/test_groups.py``), so the
-times compare equal work. Reported: the median seconds of one update and the ratio batched / reference.
+For each N: one model with n_episodes 8, n_epochs 80 (the defaults before issue 22; the default is now 20),
+target_kl 0.02, whole-batch minibatches, normalized returns and 64x64 networks collects one update's worth of
+trajectories from 8 env copies. Then, round after round, fresh copies of the untrained model update on exactly those
+trajectories in this process, the two paths taking turns (A B A B ...). Both paths give the same parameters and run
+the same passes (``tests/test_groups.py``), so the times compare equal work. Reported: the median seconds of one
+update and the ratio batched / reference.
 
     python benchmarks/group_update.py [--agents 3 6 10] [--rounds 7] [--n-envs 8]
 """
@@ -29,12 +30,14 @@ from sb3_ippo import IPPO
 from sb3_ippo.update.trainer import UpdateJob
 
 ENV_NAME = "simple_spread_v3"
+# Up to 80 passes per update, as in the documented measurements (docs/benchmarks.md): the defaults before issue 22.
+N_EPOCHS = 80
 
 
 def collected_model(n_agents: int, n_envs: int, seed: int) -> tuple[IPPO, UpdateJob]:
     """An untrained model (without its env) and the trajectories of its first update, collected by its policies."""
     env = common.make_ippo_env(ENV_NAME, n_envs, seed, common.env_kwargs(ENV_NAME, n_agents))
-    model = IPPO("MlpPolicy", env, seed=seed, device="cpu", policy_kwargs={"net_arch": common.NET_ARCH})
+    model = IPPO("MlpPolicy", env, n_epochs=N_EPOCHS, seed=seed, device="cpu", policy_kwargs={"net_arch": common.NET_ARCH})
     untrained = copy.deepcopy({"policies": model._policies, "return_normalizers": model.return_normalizers})
     total, callback = model._setup_learn(10**9, None)
     model._last_alive = env.alive
@@ -76,8 +79,8 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     args = parse_args(argv)
     common.set_torch_threads(1)
     print(common.machine_description())
-    print(f"{ENV_NAME}, one update of one group of N agents on the same trajectories ({args.n_envs} copies, IPPO "
-          f"defaults, 64x64); {args.rounds} rounds per path, alternating; median seconds")
+    print(f"{ENV_NAME}, one update of one group of N agents on the same trajectories ({args.n_envs} copies, n_epochs "
+          f"{N_EPOCHS}, target_kl 0.02, 64x64); {args.rounds} rounds per path, alternating; median seconds")
     print(f"{'N':>3}{'transitions/agent':>19}{'passes run':>12}{'reference s':>13}{'batched s':>11}{'ratio':>8}")
     ratios = {}
     for n_agents in args.agents:

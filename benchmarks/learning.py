@@ -7,8 +7,9 @@ over seeds and the spread (min..max over seeds). After training, each model is e
 episodes (deterministic and stochastic actions) and saved next to its cached run (``benchmarks/cross_play.py``
 reads them).
 
-- IPPO runs with its defaults (n_episodes 8, n_epochs 80, target_kl 0.02, normalize_returns, batch_size None,
-  64x64 networks).
+- IPPO runs with its defaults (n_episodes 8, n_epochs 20, target_kl 0.02, normalize_returns, batch_size None,
+  64x64 networks, ``async_training="auto"``: for a budget of at least 20,000 env steps on a machine with a second
+  CPU core, each update runs in a learner process while collection goes on, so the run uses two processes).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
 - ``ippo_shared_ppo`` (only with ``--algos``): ``ippo_shared`` whose shared group trains with SB3 PPO's passes
@@ -21,7 +22,10 @@ reads them).
   SB3 + SuperSuit does (SuperSuit's SB3 wrapper does not mark truncations).
 - ``ippo_episodic`` (only with ``--algos``): IPPO's defaults with ``time_limit_bootstrap=False``.
 - ``ippo_async`` (only with ``--algos``): IPPO's defaults with ``async_training=True`` (each update in a learner
-  process while collection goes on with the previous version). A run then uses two processes.
+  process while collection goes on with the previous version, whatever the budget). A run then uses two processes.
+- ``ippo_async_e40``, ``ippo_async_e20`` (only with ``--algos``): ``ippo_async`` with n_epochs 40 or 20 (since
+  issue 22, 20 is the default: ``ippo_async_e20`` trains as ``ippo_async`` does).
+- ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
   env steps) and ``batch_size=256`` (PettingZoo's SB3 tutorials); ``--peer-n-steps``/``--peer-batch-size``
@@ -31,10 +35,12 @@ reads them).
 -80, a scripted optimal-assignment policy about -23, published IPPO/MAPPO after 20M steps about -22 to -30.
 ``simple_adversary_v3`` (N=2) is drawn per side: the adversary's return and the good agents' (summed).
 
-The defaults are the issue's full size (3 seeds x 500k env steps per env and algorithm); each run is cached
-in ``--cache`` as JSON, so an interrupted benchmark resumes and ``--plot-only`` redraws; every ``--save-every`` env
-steps each run also writes its episodes so far, which ``--plot-only --partial`` draws (the comparison is then cut
-at the env steps every run reached). Runs execute in ``--jobs`` worker processes (one torch thread each).
+The script's defaults are the issue's full size (3 seeds x 500k env steps per env and algorithm); each run is cached
+in ``--cache`` as JSON, so an interrupted benchmark resumes and ``--plot-only`` redraws (a cached run is named by
+env, row, seed and budget, not by settings: runs cached before IPPO's defaults changed, as in issue 22, are loaded
+as they were; give a fresh ``--cache`` to rerun them); every ``--save-every`` env steps each run also writes its
+episodes so far, which ``--plot-only --partial`` draws (the comparison is then cut at the env steps every run
+reached). Runs execute in ``--jobs`` worker processes (one torch thread each).
 
     python benchmarks/learning.py [--envs simple_spread_v3 simple_adversary_v3] [--timesteps 500000]
         [--seeds 3] [--adversary-timesteps T] [--adversary-seeds S] [--jobs 1] [--out docs/benchmarks]
@@ -402,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             elif args.partial and partial.exists():
                 results.append(json.loads(partial.read_text()))
     elif args.jobs > 1:
-        # Not multiprocessing.Pool: its workers are daemons, which may not start the learner process of ippo_async.
+        # Not multiprocessing.Pool: its workers are daemons, which may not start a learner process (ippo_async's
+        # would fail, and the defaults' async_training="auto" would update in the worker instead).
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=context, max_tasks_per_child=1) as pool:
             results = list(pool.map(run_cached, [(t, str(args.cache)) for t in tasks]))

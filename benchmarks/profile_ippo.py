@@ -1,9 +1,11 @@
-"""Where one IPPO training run spends its time: cProfile of ``IPPO.learn`` with IPPO's defaults.
+"""Where one IPPO training run spends its time: cProfile of ``IPPO.learn`` with the defaults before issue 22.
 
-simple_spread_v3 (N=3, 25 cycles), 8 in-process copies, IPPO's defaults (n_episodes 8, n_epochs 80, target_kl 0.02,
-batch_size None, 64x64 MLPs), ``--timesteps`` env steps, torch on one thread. The run is profiled with cProfile and
-the cumulative CPU time (``time.process_time``: on a shared machine wall time would count other jobs' time
-slices) of the functions that make up each step of the loop is summed into a table:
+simple_spread_v3 (N=3, 25 cycles), 8 in-process copies, n_episodes 8, target_kl 0.02, batch_size None, 64x64 MLPs,
+and n_epochs 80 with ``async_training=False`` (the defaults before issue 22; the defaults are now n_epochs 20 and
+"auto", which would move the updates of a run of 20,000 env steps or more to a learner process, out of this
+profile), ``--timesteps`` env steps, torch on one thread. The run is profiled with cProfile and the cumulative CPU
+time (``time.process_time``: on a shared machine wall time would count other jobs' time slices) of the functions
+that make up each step of the loop is summed into a table:
 
 - collection (``IPPO.collect_rollouts``): env stepping (``MultiAgentVecEnv.step_agents``), the policy forward pass of
   each group or agent (``IPPO._act``), the per-agent buffers (``AgentEpisodeBuffer.add``), callbacks and episode statistics;
@@ -34,6 +36,8 @@ import common
 
 from sb3_ippo import IPPO
 
+# n_epochs 80, the default before issue 22, as in the documented profiles (docs/benchmarks.md).
+N_EPOCHS = 80
 # (label, file suffix, function name); indented labels are parts of the one above them.
 PARTS = (
     ("learn (total)", "sb3_ippo/on_policy_algorithm.py", "learn"),
@@ -81,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     common.set_torch_threads(1)
     kwargs = common.env_kwargs("simple_spread_v3")
     env = common.make_ippo_env("simple_spread_v3", args.n_envs, args.seed, kwargs)
-    model = IPPO("MlpPolicy", env, seed=args.seed, device="cpu")
+    # async_training=False: every update in this process, where cProfile sees it.
+    model = IPPO("MlpPolicy", env, n_epochs=N_EPOCHS, async_training=False, seed=args.seed, device="cpu")
     if args.no_cprofile:
         start = time.perf_counter()
         model.learn(total_timesteps=args.timesteps)
@@ -101,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
     print(common.machine_description())
     print(
-        f"IPPO defaults on simple_spread_v3 {kwargs}, {args.n_envs} copies, {args.timesteps:,} env steps, "
-        f"{model.policy_version} updates; {total:.1f} CPU s under cProfile ({wall:.1f} s wall)"
+        f"IPPO with n_epochs {N_EPOCHS} and async_training=False (the defaults before issue 22) on simple_spread_v3 "
+        f"{kwargs}, {args.n_envs} copies, {args.timesteps:,} env steps, {model.policy_version} updates; "
+        f"{total:.1f} CPU s under cProfile ({wall:.1f} s wall)"
     )
     print(f"{'part':<44}{'CPU s':>10}{'share':>8}{'calls':>10}")
     parts: dict[str, float] = {}

@@ -1,17 +1,18 @@
 """Scaling with the number of agents: training cost per agent-step on simple_spread_v3 with N = 3, 6, 10.
 
 The setup of ``benchmarks/throughput.py`` (8 in-process copies, 64x64 MLPs, 10 epochs, minibatch 256,
-``target_kl=None``, the same agent-transitions per update for both), repeated for each N. Per update, each IPPO
-agent trains on ``peer_n_steps x n_envs`` of its own transitions; the peer trains its one network on those of all N
-agents together, so the gradient steps per update are about the same for both at every N. Rounds alternate the two
-algorithms; the figures are medians. The cost is wall-clock microseconds per agent-step (env steps x N), collection
-and updates together; "x N=3" is the cost relative to N=3, and IPPO/peer the ratio of costs (above 1: IPPO is
-slower).
+``target_kl=None``, the same agent-transitions per update for both, updates in the training process), repeated for
+each N. Per update, each IPPO agent trains on ``peer_n_steps x n_envs`` of its own transitions; the peer trains its
+one network on those of all N agents together, so the gradient steps per update are about the same for both at every
+N. Rounds alternate the two algorithms; the figures are medians. The cost is wall-clock microseconds per agent-step
+(env steps x N), collection and updates together; "x N=3" is the cost relative to N=3, and IPPO/peer the ratio of
+costs (above 1: IPPO is slower).
 
     python benchmarks/scaling.py [--agents 3 6 10] [--rounds 3] [--timesteps 3200] [--defaults]
 
 With ``--defaults`` both run their own defaults, as ``throughput.py --defaults`` does (use ``--timesteps`` of at least
-16,384 env steps, the peer's update interval at N=3).
+16,384 env steps, the peer's update interval at N=3; from 20,000 env steps on a machine with a second core, IPPO's
+default ``async_training="auto"`` runs its updates in a learner process).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """Soak test: one long IPPO run on env copies that fail now and then, watching memory and the buffers over time.
 
-Trains IPPO (defaults, 64x64 networks) on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25) for ``--minutes`` of wall
-time, on ``--n-envs`` copies in worker processes with ``on_env_error="restart"``. Every copy's env is wrapped to
-fail at random: it raises in ``step`` with probability ``--raise-prob`` per step, and (worker processes only) kills
-its whole worker process with probability ``--exit-prob``, so both restart paths (a copy rebuilt in its worker, a
-dead worker started anew) run all along. Every ``--report-seconds`` a line gives the resident memory of this
-process and of the workers (``/proc/<pid>/statm``), the trajectories waiting in the buffers and in progress, and
-the counters. At the end: the restarts survived, and the growth of this process's resident memory from the end of
-the warm-up (``--warmup-minutes``) to the end of the run, with its maximum and its linear trend, and a check that
-the model saves and loads (both formats) to the same actions.
+Trains IPPO (64x64 networks; ``--n-epochs`` 80 and ``async_training=False``: the defaults before issue 22, now
+n_epochs 20 and "auto"; so every update runs in this process, whose memory is watched) on mpe2 ``simple_spread_v3``
+(N=3, max_cycles=25) for ``--minutes`` of wall time, on ``--n-envs`` copies in worker processes with
+``on_env_error="restart"``. Every copy's env is wrapped to fail at random: it raises in ``step`` with probability
+``--raise-prob`` per step, and (worker processes only) kills its whole worker process with probability
+``--exit-prob``, so both restart paths (a copy rebuilt in its worker, a dead worker started anew) run all along.
+Every ``--report-seconds`` a line gives the resident memory of this process and of the workers
+(``/proc/<pid>/statm``), the trajectories waiting in the buffers and in progress, and the counters. At the end: the
+restarts survived, and the growth of this process's resident memory from the end of the warm-up
+(``--warmup-minutes``) to the end of the run, with its maximum and its linear trend, and a check that the model
+saves and loads (both formats) to the same actions.
 
     nice -n 19 python benchmarks/soak.py [--minutes 30] [--n-envs 8] [--out docs/benchmarks/soak.txt]
 
@@ -191,7 +193,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--raise-prob", type=float, default=2e-4, help="per copy and step: the env raises")
     parser.add_argument("--exit-prob", type=float, default=2e-5, help="per copy and step: the worker dies (subproc)")
     parser.add_argument("--net-arch", type=int, nargs="+", default=common.NET_ARCH)
-    parser.add_argument("--n-epochs", type=int, default=80, help="IPPO's n_epochs (small for the smoke test)")
+    parser.add_argument("--n-epochs", type=int, default=80,
+                        help="IPPO's n_epochs (80: the default before issue 22; small for the smoke test)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="also write the report to this file")
     return parser.parse_args(argv)
@@ -217,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     env = make_vec_env(env_fn, n_envs=args.n_envs, seed=args.seed, vec_env_cls=args.vec_env, on_env_error="restart",
                        max_restarts=10**9)
-    model = IPPO("MlpPolicy", env, n_epochs=args.n_epochs, seed=args.seed, device="cpu",
+    # async_training=False: the updates run in this process, whose memory the report follows (not in a learner).
+    model = IPPO("MlpPolicy", env, n_epochs=args.n_epochs, async_training=False, seed=args.seed, device="cpu",
                  policy_kwargs={"net_arch": args.net_arch})
     monitor = SoakMonitor(args.minutes * 60, args.report_seconds, print_line)
     model.learn(total_timesteps=10**12, callback=monitor)

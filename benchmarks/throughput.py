@@ -7,13 +7,16 @@ Both train on mpe2 ``simple_spread_v3`` (N=3, max_cycles=25) with the same work 
   ``VecEnv`` entries; IPPO gets ``n_steps = peer_n_steps x n_envs`` transitions per agent, so both update on
   ``peer_n_steps x n_envs x n_agents`` agent-transitions (default 200 x 8 x 3 = 4,800; 200 is a multiple of the
   25-step episode, so IPPO's whole-episode batches are exactly that size);
-- the same ``--n-epochs`` (10) and ``--batch-size`` (256), ``target_kl=None`` for both (a fixed amount of work).
+- the same ``--n-epochs`` (10) and ``--batch-size`` (256), ``target_kl=None`` for both (a fixed amount of work);
+- updates in the training process for both (IPPO: ``async_training=False``, whatever ``--timesteps``).
 
 With ``--defaults``, each library runs its own defaults instead (IPPO: whole-episode batches of n_episodes 8,
-n_epochs 80 with target_kl 0.02, batched agent groups; the peer: n_steps 2048 per entry, batch_size 64, n_epochs
-10), with 64x64 networks and ``--n-envs`` copies: what a user gets from ``IPPO("MlpPolicy", env)`` and
-``PPO("MlpPolicy", env)``. The peer then updates every 2048 x 24 agent-steps, so use ``--timesteps`` of at least
-16,384 env steps there.
+n_epochs 20 with target_kl 0.02, batched agent groups, and ``async_training="auto"``: for ``--timesteps`` of at
+least 20,000 on a machine with a second CPU core, each update runs in a learner process while collection goes on
+(the clock then includes starting and stopping it), otherwise in the training process; the peer: n_steps 2048 per
+entry, batch_size 64, n_epochs 10), with 64x64 networks and ``--n-envs`` copies: what a user gets from
+``IPPO("MlpPolicy", env)`` and ``PPO("MlpPolicy", env)``. The peer then updates every 2048 x 24 agent-steps, so use
+``--timesteps`` of at least 16,384 env steps there.
 
 Each round trains a fresh model of each for ``--timesteps`` env steps; the clock covers ``learn`` only. Rounds
 alternate the order (A B, B A, ...), and the figure of each is its median over ``--rounds`` rounds. Throughput is
@@ -62,6 +65,7 @@ def build_ippo(args: argparse.Namespace, kwargs: dict[str, Any], seed: int) -> C
         batch_size=args.batch_size,
         n_epochs=args.n_epochs,
         target_kl=None,
+        async_training=False,  # matched: every update in this process, as the peer's
         policy_kwargs={"net_arch": common.NET_ARCH},
         seed=seed,
         device="cpu",

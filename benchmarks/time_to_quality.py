@@ -7,8 +7,11 @@ since the start of ``learn`` (``time.perf_counter``; ``common.EpisodeRecorder`` 
 
 The algorithms (``--algos``):
 
-- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them; for screens, any IPPO variant of
-  the learning comparison (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g. ``ippo_async_e20``).
+- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them (since issue 22: n_epochs 20, and
+  ``async_training="auto"``, which runs the updates of a budget of at least 20,000 env steps in a learner process on
+  a machine with a second CPU core); for screens, any IPPO variant of the learning comparison
+  (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g. ``ippo_async_e20``, or ``ippo_e80_sync``: the defaults
+  before issue 22).
 - ``peer``: SB3 ``PPO`` + SuperSuit parameter sharing (``benchmarks/common.py``), configured as in the learning
   comparison (``benchmarks/learning.py``): SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry and
   ``batch_size=256``; 64x64 MLPs (SB3's own default) or SB3's untouched CnnPolicy.
@@ -20,7 +23,7 @@ The algorithms (``--algos``):
   and its versions pin torch. Not on pistonball: skrl flattens image observations, a CNN would have to be written.
 
 All run ``n_envs`` copies in-process (IPPO's ``"dummy"`` vec env; the peer's ``concat_vec_envs_v1(num_cpus=0)``)
-and one torch thread per process.
+and one torch thread per process (IPPO's learner process, where it has one, included).
 
 The figures (printed as one table, task x algorithm; ``summary.csv``), each from the training curves of the run
 itself unless said otherwise:
@@ -45,8 +48,11 @@ itself unless said otherwise:
   adversary against the ``peer``'s good agents.
 
 Because the machine is shared, wall-clock figures of runs that did not run alone are noisy: ``--throughput``
-measures env steps/s of every algorithm side by side in alternating rounds (fresh models, median over rounds),
-which is the figure to quote for speed; the wall-clock curves show where the time went.
+measures env steps/s of every algorithm side by side in alternating rounds (fresh models, median over rounds), which
+is the figure to quote for speed; the wall-clock curves show where the time went. Each ``--throughput`` round is one
+``learn`` of ``--throughput-steps`` (default 30,000): at least 20,000, so that IPPO rows on
+``async_training="auto"`` (``ippo``, and the variants that do not set it) run as a full-budget run does, with a
+learner process on a machine with a second core; below 20,000 they would update in the training process.
 
 The suite (``TASKS``; budgets are per-task defaults): mpe2 simple_spread_v3 (N=3), simple_speaker_listener_v4
 (heterogeneous spaces: the peer pads), simple_adversary_v3 (N=2), sisl waterworld_v4 when the installed PettingZoo
@@ -57,7 +63,7 @@ suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at t
 
     python benchmarks/time_to_quality.py [--tasks simple_spread_v3 ...] [--algos ippo peer peer_sb3_defaults skrl]
         [--seeds 1] [--timesteps N] [--ippo-timesteps N] [--rates throughput.csv] [--out runs/time_to_quality] [--smoke]
-    python benchmarks/time_to_quality.py --throughput [--rounds 3] [--throughput-steps 4000] [--tasks ...]
+    python benchmarks/time_to_quality.py --throughput [--rounds 3] [--throughput-steps 30000] [--tasks ...]
 
 Writes to ``--out``: ``runs/<task>_<algo>_seed<S>.csv`` (one row per training episode: algo, task, seed, episode,
 env_steps, wall_seconds, episode_return, return/<agent>...), ``summary.csv``, ``time_to_quality.txt`` (the table),
@@ -553,7 +559,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              f"every {SMOKE_PEER['n_steps']} steps per entry, 2 evaluation episodes")
     parser.add_argument("--throughput", action="store_true", help="measure env steps/s side by side instead")
     parser.add_argument("--rounds", type=int, default=3, help="--throughput: rounds per algorithm")
-    parser.add_argument("--throughput-steps", type=int, default=4_000, help="--throughput: env steps per round")
+    parser.add_argument("--throughput-steps", type=int, default=30_000,
+                        help="--throughput: env steps per round (from 20000, IPPO's \"auto\" starts a learner)")
     parser.add_argument("--seed-offset", type=int, default=0,
                         help="seeds start here (for one seed per process: --seeds 1 --seed-offset 2)")
     args = parser.parse_args(argv)

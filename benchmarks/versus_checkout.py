@@ -11,6 +11,11 @@ Each round runs, in a fresh process per checkout and in alternating order (A B, 
 Reported: per N, the median of each checkout and the ratio this / other. A process is started per measurement so
 that neither checkout's imports or caches favour the other; torch runs on one thread.
 
+Each checkout runs its own defaults. Across issue 22 they differ (n_epochs 80 and ``async_training=False`` before,
+n_epochs 20 and "auto" after, which starts a learner process for ``--timesteps`` of at least 20,000 on a machine
+with a second core), so **learn** then compares those settings as well as the code. **update** runs up to 80 passes
+both in this checkout (its ``group_update.py`` sets n_epochs 80) and in checkouts from before issue 22.
+
     python benchmarks/versus_checkout.py OTHER_CHECKOUT [--agents 3 10] [--rounds 5] [--timesteps 4000] [--update]
 """
 
@@ -71,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--update", action="store_true", help="also time one batched group update")
     args = parser.parse_args(argv)
     checkouts = {"this": HERE, "other": args.other.resolve()}
-    print(f"this: {HERE}\nother: {checkouts['other']}\nsimple_spread_v3, {args.n_envs} copies, IPPO defaults, 64x64; "
+    print(f"this: {HERE}\nother: {checkouts['other']}\nsimple_spread_v3, {args.n_envs} copies, "
+          f"each checkout's IPPO defaults, 64x64; "
           f"{args.rounds} rounds, alternating; medians")
     for n_agents in args.agents:
         rates: dict[str, list[float]] = {name: [] for name in checkouts}

@@ -56,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> float:
     th.set_num_threads(1)
 
     env = make_vec_env(make_pistonball, n_envs=4, seed=args.seed, env_kwargs=ENV_KWARGS)
-    # An update every 4 episodes per agent (4 copies), 10 passes in minibatches of 250: a CNN pass costs far more
-    # than an MLP's, so fewer, larger steps than IPPO's defaults (80 full-batch passes); a small entropy bonus keeps
-    # the pistons exploring.
+    # An update every 4 episodes per agent (4 copies: 500 transitions), 10 passes in minibatches of 250: a CNN pass
+    # costs far more than an MLP's, so half the passes of IPPO's defaults (up to 20, each over the whole batch); a
+    # small entropy bonus keeps the pistons exploring.
     model = IPPO(
         "CnnPolicy",
         env,
