@@ -77,6 +77,7 @@ import argparse
 import csv
 import importlib
 import importlib.util
+import json
 import os
 import statistics
 import sys
@@ -306,8 +307,32 @@ def evaluate(learner: Learner, task_name: str, n_episodes: int, seed: int, smoke
     return common.evaluate_episodes(act, env, n_episodes, seed, stacked=False)
 
 
+def run_path(args: argparse.Namespace, task_name: str, algo: str, seed: int) -> Path:
+    """A run's files without their suffix: ``.csv`` (its training episodes) and ``.json`` (budget, time, evaluation)."""
+    return args.out / "runs" / f"{task_name}_{algo}_seed{seed}"
+
+
+def load_run(algo: str, task_name: str, seed: int, args: argparse.Namespace) -> dict[str, Any] | None:
+    """A finished run's result read back from its files (``--reuse``; no learner), or None where they are missing."""
+    path = run_path(args, task_name, algo, seed)
+    if not (args.reuse and path.with_suffix(".csv").exists() and path.with_suffix(".json").exists()):
+        return None
+    with open(path.with_suffix(".csv")) as file:
+        episodes = [{"env_steps": float(row["env_steps"]), "seconds": float(row["wall_seconds"]),
+                     "team_return": float(row["episode_return"]),
+                     **{key: float(value) for key, value in row.items() if key.startswith("return/")}}
+                    for row in csv.DictReader(file)]
+    recorded = json.loads(path.with_suffix(".json").read_text())
+    print(f"reused {task_name} {algo} seed {seed}: {recorded['timesteps']:,} env steps, {len(episodes)} episodes",
+          flush=True)
+    return {"algo": algo, "task": task_name, "seed": seed, "episodes": episodes, "learner": None, **recorded}
+
+
 def run_one(algo: str, task_name: str, seed: int, timesteps: int, args: argparse.Namespace) -> dict[str, Any]:
     """Train one learner, write its per-episode CSV, evaluate it; return its result (with the learner)."""
+    reused = load_run(algo, task_name, seed, args)
+    if reused is not None:
+        return reused
     common.set_torch_threads(1)
     learner = build(algo, task_name, seed, args.smoke)
     with warnings.catch_warnings():
@@ -316,10 +341,10 @@ def run_one(algo: str, task_name: str, seed: int, timesteps: int, args: argparse
         learner.learn(timesteps)
         train_seconds = time.perf_counter() - start
     episodes = learner.episodes()
-    path = args.out / "runs" / f"{task_name}_{algo}_seed{seed}.csv"
+    path = run_path(args, task_name, algo, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     agent_keys = sorted({key for episode in episodes for key in episode if key.startswith("return/")})
-    with open(path, "w", newline="") as file:
+    with open(path.with_suffix(".csv"), "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["algo", "task", "seed", "episode", "env_steps", "wall_seconds", "episode_return", *agent_keys])
         for index, episode in enumerate(episodes):
@@ -328,6 +353,8 @@ def run_one(algo: str, task_name: str, seed: int, timesteps: int, args: argparse
     final = evaluate(learner, task_name, args.eval_episodes, 10_000 + seed, args.smoke)
     print(f"done {task_name} {algo} seed {seed}: {timesteps:,} env steps in {train_seconds:.1f} s, {len(episodes)} "
           f"episodes, eval (deterministic) team return {final['team_return']:.2f}", flush=True)
+    recorded = {"timesteps": timesteps, "train_seconds": train_seconds, "final": final}
+    path.with_suffix(".json").write_text(json.dumps(recorded, indent=1))
     return {"algo": algo, "task": task_name, "seed": seed, "timesteps": timesteps, "train_seconds": train_seconds,
             "episodes": episodes, "final": final, "learner": learner}
 
@@ -372,7 +399,8 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
         members = scored_agents(task_name, agents)
         budget = min(r["timesteps"] for r in task_results)
         reference = {r["seed"]: r["train_seconds"] for r in task_results if r["algo"] == "peer"}
-        opponents = {r["seed"]: r["learner"] for r in task_results if r["algo"] == "peer"}
+        # Cross-play needs the trained learners: runs read back with --reuse have none.
+        opponents = {r["seed"]: r["learner"] for r in task_results if r["algo"] == "peer" and r["learner"] is not None}
         for algo in dict.fromkeys(r["algo"] for r in task_results):
             runs = [r for r in task_results if r["algo"] == algo]
             steps = [window_mean(r["episodes"], members, "env_steps", 0.9 * budget, budget) for r in runs]
@@ -382,25 +410,30 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
             ratio = rates.get((task_name, algo), float("nan")) / rates.get((task_name, "peer"), float("nan"))
             rated_steps = int(budget * ratio) if np.isfinite(ratio) else 0
             rated = [at_env_steps(r, members, rated_steps) for r in runs] if rated_steps else []
-            evals = [sum(r["final"][f"return/{a}"] for a in members) for r in runs]
+            evals = [r["final"]["team_return"] if members == agents else sum(r["final"][f"return/{a}"] for a in members)
+                     for r in runs]
             row = {
                 "task": task_name, "algo": algo, "seeds": len(runs), "budget_env_steps": budget,
                 "equal_env_steps": float(np.mean(steps)),
+                "equal_env_steps_min": float(np.min(steps)), "equal_env_steps_max": float(np.max(steps)),
                 "equal_time_seconds": float(np.mean(list(reference.values()))) if reference else float("nan"),
                 "equal_time": float(np.mean([t[0] for t in timed])) if timed else float("nan"),
                 "env_steps_at_equal_time": int(np.mean([t[1] for t in timed])) if timed else 0,
                 "finished_early": any(t[2] for t in timed),
                 "rate_ratio": ratio,
                 "equal_time_rates": float(np.mean([value for value, _ in rated])) if rated else float("nan"),
+                "equal_time_rates_min": float(np.min([value for value, _ in rated])) if rated else float("nan"),
+                "equal_time_rates_max": float(np.max([value for value, _ in rated])) if rated else float("nan"),
                 "env_steps_at_equal_time_rates": rated_steps,
                 "short_of_rates": any(short for _, short in rated),
                 "eval_deterministic": float(np.mean(evals)),
                 "train_seconds": float(np.mean([r["train_seconds"] for r in runs])),
                 "peer_configuration": label(algo, args.smoke),
             }
-            if TASKS[task_name].cross_play and opponents:
-                good, adversary = zip(*(cross_play_scores(r["learner"], opponents[r["seed"]], args) for r in runs
-                                        if r["seed"] in opponents), strict=True)
+            played = [cross_play_scores(r["learner"], opponents[r["seed"]], args) for r in runs
+                      if TASKS[task_name].cross_play and r["seed"] in opponents and r["learner"] is not None]
+            if played:
+                good, adversary = zip(*played, strict=True)
                 row["eval_deterministic"], row["eval_adversary"] = float(np.mean(good)), float(np.mean(adversary))
             rows.append(row)
         random_env = TASKS[task_name].make_env(**TASKS[task_name].kwargs(args.smoke))
@@ -408,6 +441,8 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
         random_score = sum(random[f"return/{a}"] for a in members)
         rows.append({"task": task_name, "algo": "random", "seeds": 0, "budget_env_steps": 0, "equal_env_steps": random_score,
                      "equal_time_seconds": float("nan"), "equal_time": random_score, "env_steps_at_equal_time": 0,
+                     "equal_env_steps_min": random_score, "equal_env_steps_max": random_score,
+                     "equal_time_rates_min": random_score, "equal_time_rates_max": random_score,
                      "finished_early": False, "rate_ratio": float("nan"), "equal_time_rates": random_score,
                      "env_steps_at_equal_time_rates": 0, "short_of_rates": False, "eval_deterministic": random_score,
                      "train_seconds": 0.0, "peer_configuration": "random actions"})
@@ -551,6 +586,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rates", type=Path, default=None,
                         help="a throughput.csv of --throughput (same tasks and algos): adds the equal-time figure "
                              "read at the env steps each algorithm makes in the peer's time by those rates")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read back the runs already recorded in --out/runs (a .csv and a .json each) instead of "
+                             "training them again: runs of one table can come from several processes")
     parser.add_argument("--eval-episodes", type=int, default=100, help="deterministic evaluation episodes")
     parser.add_argument("--bins", type=int, default=40, help="points per curve")
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_quality"))

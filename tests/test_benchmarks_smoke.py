@@ -180,6 +180,15 @@ def test_time_to_quality_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str
     table = capsys.readouterr().out
     assert "equal steps" in table and "equal time" in table and "n_steps 256/entry, batch 256" in table
     assert "eq. time (rates)" in table
+    # --reuse reads the recorded runs back (from other processes, say) and trains nothing: the same figures.
+    again = load_benchmark("time_to_quality").main(
+        ["--smoke", "--tasks", "simple_spread_v3", "--algos", "ippo", "peer", "--out", str(tmp_path), "--reuse",
+         "--rates", str(rates)]
+    )
+    assert "reused simple_spread_v3 ippo seed 0: 400 env steps" in capsys.readouterr().out
+    for before, after in zip(rows, again, strict=True):
+        for key in ("equal_env_steps", "equal_time", "equal_time_rates", "eval_deterministic", "train_seconds"):
+            assert after[key] == pytest.approx(before[key], abs=1e-3), key
     assert (tmp_path / "time_to_quality_simple_spread_v3.png").stat().st_size > 0
 
 
