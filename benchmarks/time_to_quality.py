@@ -410,8 +410,9 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
             ratio = rates.get((task_name, algo), float("nan")) / rates.get((task_name, "peer"), float("nan"))
             rated_steps = int(budget * ratio) if np.isfinite(ratio) else 0
             rated = [at_env_steps(r, members, rated_steps) for r in runs] if rated_steps else []
-            evals = [r["final"]["team_return"] if members == agents else sum(r["final"][f"return/{a}"] for a in members)
-                     for r in runs]
+            # (A run recorded by hand may give only the team return: its side's score is then unknown, nan.)
+            evals = [r["final"]["team_return"] if members == agents
+                     else sum(r["final"].get(f"return/{a}", float("nan")) for a in members) for r in runs]
             row = {
                 "task": task_name, "algo": algo, "seeds": len(runs), "budget_env_steps": budget,
                 "equal_env_steps": float(np.mean(steps)),
