@@ -230,7 +230,7 @@ def test_recompute_share_smoke(capsys: pytest.CaptureFixture[str]) -> None:
 def test_soak_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     # A few seconds of training on failing env copies.
     summary = load_benchmark("soak").main(
-        ["--minutes", "0.04", "--warmup-minutes", "0.01", "--report-seconds", "0.5", "--n-envs", "2",
+        ["--minutes", "0.1", "--warmup-minutes", "0.01", "--report-seconds", "0.5", "--n-envs", "2",
          "--raise-prob", "0.01", "--exit-prob", "0.002", "--net-arch", "16", "--n-epochs", "2"]
     )
     assert summary["env_steps"] > 0 and summary["updates"] > 0
