@@ -29,9 +29,9 @@ from torch import nn
 
 from sb3_ippo import serialization
 from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
+from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
 from sb3_ippo.export import export_agent
 from sb3_ippo.groups import AgentGroup
-from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
 from sb3_ippo.logs import dump_logs, record_update
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action

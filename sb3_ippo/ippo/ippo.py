@@ -19,9 +19,9 @@ from sb3_ippo.buffer import VersionStamp
 from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
-from sb3_ippo.logs import log_names
 from sb3_ippo.ippo.networks import group_policy_class, make_group_policies, module_keys
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_ippo.logs import log_names
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
 from sb3_ippo.self_play import SnapshotOpponent, make_frozen_seats
@@ -67,7 +67,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         ``n_steps`` is set (it is then ignored).
     :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch.
     :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``, 80). The
-        default, 20, was chosen by return per wall-clock second across the suite of ``docs/hyperparameters.md``.
+        default, 20, was chosen by return per wall-clock second (``docs/hyperparameters.md``); where env steps cost
+        more than updates, more passes buy return per sample at little cost in time.
     :param gamma: Discount factor.
     :param gae_lambda: GAE's bias/variance trade-off (reference: ``lam``).
     :param time_limit_bootstrap: A truncated episode (a time limit: the env's, or ``max_episode_steps``) bootstraps
@@ -136,10 +137,11 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
         a ``RuntimeError``; the model keeps its last applied weights. The policies must be picklable; a class written
         in the training script itself needs the script's ``if __name__ == "__main__":`` (``docs/algorithm.md``).
-        ``"auto"`` (the default): a learner process for a ``learn`` of at least 20,000 env steps (``AUTO_MIN_TIMESTEPS``, below
-        which starting one does not pay) when this process has a second CPU core and may start processes (not a
-        ``multiprocessing.Pool`` worker) and ``max_version_lag >= 1``; otherwise the updates run in this process, as
-        with False. Where the policies cannot be sent to a learner, one warning says why and training goes on here.
+        ``"auto"`` (the default): a learner process for a ``learn`` of at least 20,000 env steps
+        (``AUTO_MIN_TIMESTEPS``, below which starting one does not pay) when this process has a second CPU core and
+        may start processes (not a ``multiprocessing.Pool`` worker) and ``max_version_lag >= 1``; otherwise the
+        updates run in this process, as with False. Where the policies cannot be sent to a learner (not picklable,
+        a class of a notebook or of a script without that guard), one warning says why and training goes on here.
         So its results depend on the budget and the machine: set True or False for runs that must match across
         machines (False: the synchronous reference).
     :param opponents: ``{agent id: opponent}``: seats that a fixed opponent plays and that never train (nothing of

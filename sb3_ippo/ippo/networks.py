@@ -12,8 +12,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from sb3_ippo.groups import AgentGroup
 from sb3_ippo.checks import check_policy_fits
+from sb3_ippo.groups import AgentGroup
 from sb3_ippo.masking import policy_for_agent
 from sb3_ippo.preprocessing import policy_observation_space
 from sb3_ippo.types import AgentID
