@@ -14,6 +14,7 @@ import pytest
 from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo.classic import tictactoe_v3
+from sb3_contrib.ppo_recurrent import CnnLstmPolicy, MlpLstmPolicy
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -140,6 +141,18 @@ def test_a_hyperparameter_changed_after_construction_is_checked_by_learn() -> No
 def test_a_policy_name_typo_lists_the_valid_names() -> None:
     with pytest.raises(ValueError, match=r"Unknown policy 'MLPPolicy' \(did you mean 'MlpPolicy'\?\).*'CnnPolicy'"):
         IPPO("MLPPolicy", DyingAgentsEnv())
+
+
+@pytest.mark.parametrize("policy", [MlpLstmPolicy, CnnLstmPolicy, "MlpLstmPolicy"])
+def test_a_recurrent_policy_is_refused_at_construction_saying_what_to_use(policy: Any) -> None:
+    expected = r"^policy is '\w+', a recurrent .*not support recurrent policies yet\. Use 'MlpPolicy'"
+    with pytest.raises(ValueError, match=expected):
+        IPPO(policy, DyingAgentsEnv())
+
+
+def test_a_recurrent_policy_for_one_group_is_refused_naming_the_group() -> None:
+    with pytest.raises(ValueError, match=r"^group_kwargs\['agent'\]\['policy'\] is 'RecurrentActorCriticPolicy', a recurrent"):
+        make_model(group_kwargs={"agent": dict(policy=MlpLstmPolicy)})  # MlpLstmPolicy is an alias of the class
 
 
 def test_a_wrong_observation_shape_in_predict_names_the_agent_and_the_expected_shape() -> None:

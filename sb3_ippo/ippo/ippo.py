@@ -16,6 +16,7 @@ from stable_baselines3.common.utils import FloatSchedule
 from torch import nn
 
 from sb3_ippo.buffer import VersionStamp
+from sb3_ippo.checks import check_not_recurrent
 from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
@@ -53,6 +54,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass. An agent whose observation is a Dict with an ``action_mask`` gets sb3-contrib's
         maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.masking``.
+        Recurrent policies (sb3-contrib's ``MlpLstmPolicy`` and its kin) are not supported yet: a ``ValueError``.
     :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` (run in parallel where PettingZoo can, else stepped turn
         by turn: the classic games, ``sb3_ippo.vec_env.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
         loading a model for prediction.
@@ -214,6 +216,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
+        check_not_recurrent(policy, "policy")
         if isinstance(policy, type) and not issubclass(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
             raise TypeError(
                 f"policy must be an ActorCriticPolicy subclass or one of {list(self.policy_aliases)}, got {policy}"
