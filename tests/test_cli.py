@@ -153,6 +153,31 @@ def test_a_budget_too_small_for_an_update_says_so_and_completes(
     assert (out / "model.zip").is_file()
 
 
+def test_a_second_run_without_out_gets_the_next_numbered_folder(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = tmp_path / "runs" / "ippo_simple_spread_v3"
+    first.mkdir(parents=True)
+    (first / "model.zip").write_text("the first run's model")
+    main(["train", *QUICK])
+    assert (first / "model.zip").read_text() == "the first run's model"
+    assert (tmp_path / "runs" / "ippo_simple_spread_v3_2" / "model.zip").is_file()
+
+
+def test_an_out_that_holds_a_model_is_refused_unless_overwrite(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "model.zip").write_text("an earlier run's model")
+    err = usage_error(capsys, ["train", "--out", str(out), *QUICK])
+    assert f"argument --out: {out} already holds model.zip from an earlier run" in err and "--overwrite" in err
+    assert (out / "model.zip").read_text() == "an earlier run's model"
+    train(out, "--overwrite")
+    assert IPPO.load(out / "model.zip").num_timesteps >= 100
+
+
 def test_out_that_is_a_file_is_a_usage_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "taken").write_text("")
     assert "is a file, not a folder" in usage_error(capsys, ["train", "--out", str(tmp_path / "taken")])

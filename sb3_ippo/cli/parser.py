@@ -141,7 +141,18 @@ def build_parser() -> Parsers:
         default=1,
         help="0: no table on stdout; 1: the table; 2: the table with per-agent keys (default: 1)",
     )
-    train.add_argument("--out", type=pathlib.Path, default=None, help="output folder (default: runs/ippo_<env name>)")
+    train.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        help="output folder; refused if it holds a model from an earlier run, unless --overwrite (default: "
+        "runs/ippo_<env name>, or runs/ippo_<env name>_2, _3, ... if that exists, as rl-zoo numbers its runs)",
+    )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out be a folder that holds a model from an earlier run, and replace that run's files",
+    )
     train.add_argument(
         "--log-interval",
         type=positive_int,

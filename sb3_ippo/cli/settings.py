@@ -111,6 +111,17 @@ class TrainSettings:
         }
 
 
+def numbered_run_folder(base: pathlib.Path) -> pathlib.Path:
+    """``base`` if it does not exist yet, else the first of ``base_2``, ``base_3``, ... that does not: the default
+    ``--out`` of each run, so that a second run never writes over the first (rl-zoo numbers its log folders so)."""
+    if not base.exists():
+        return base
+    number = 2
+    while base.with_name(f"{base.name}_{number}").exists():
+        number += 1
+    return base.with_name(f"{base.name}_{number}")
+
+
 def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainSettings:
     """Merge the command line, the hyperparameter file, the tuned settings and the defaults; any mistake is a usage
     error."""
@@ -157,5 +168,5 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         eval_freq=args.eval_freq,
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
-        out=str(args.out or pathlib.Path("runs") / f"ippo_{env_id.split('.')[-1]}"),
+        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"ippo_{env_id.split('.')[-1]}")),
     )

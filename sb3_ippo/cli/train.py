@@ -217,6 +217,11 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     out = pathlib.Path(settings.out)
     if out.exists() and not out.is_dir():
         parser.error(f"argument --out: {out} is a file, not a folder")
+    if (out / MODEL_FILE).exists() and not args.overwrite:
+        parser.error(
+            f"argument --out: {out} already holds {MODEL_FILE} from an earlier run: give another --out (without --out, "
+            "each run gets a new numbered folder under runs/), or --overwrite to replace that run's files"
+        )
     try:
         # The combinations (each value was checked when parsed), before anything is built.
         check_hyperparameters({name: schedule(value) for name, value in settings.hyperparameters.items()})
