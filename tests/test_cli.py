@@ -402,6 +402,28 @@ def test_a_bad_train_option_is_a_usage_error(
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--polcy", "MlpPolicy"], "unrecognized arguments: --polcy MlpPolicy; --polcy: did you mean --policy?"),
+        (["train", "--n-epoch=3"], "unrecognized arguments: --n-epoch=3; --n-epoch: did you mean --n-epochs?"),
+        (["evaluate", "run", "--episode", "3"], "unrecognized arguments: --episode 3; --episode: did you mean --episodes?"),
+    ],
+)
+def test_a_misspelled_option_is_a_usage_error_of_its_subcommand_naming_the_closest_option(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a run would write, were the option taken
+    err = usage_error(capsys, argv)
+    assert err.startswith(f"usage: python -m sb3_ippo {argv[0]} ")  # the subcommand's usage, not the top-level one
+    assert message in err, err
+
+
+def test_a_prefix_of_an_option_is_not_taken_for_the_option(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *QUICK, "--timestep", "1000"])
+    assert "unrecognized arguments: --timestep 1000; --timestep: did you mean --timesteps?" in err, err
+
+
 # --- evaluate -------------------------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 
 from sb3_ippo.cli import evaluate, train
-from sb3_ippo.cli.parser import build_parser
+from sb3_ippo.cli.parser import build_parser, parse_args
 from sb3_ippo.cli.values import to_text, wrapper_spec
 from sb3_ippo.hyperparams.text import literal
 
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     parsers = build_parser()
-    args = parsers.main.parse_args(argv)
+    args = parse_args(parsers, argv)
     if args.command == "train":
         train.train(args, parsers.train)
     else:

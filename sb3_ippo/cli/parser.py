@@ -4,9 +4,11 @@ docstring and default in --help) and ``evaluate``."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
 import pathlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, PRINT_EVERY, RUN_FILE, TRAIN_DEFAULTS
@@ -100,14 +102,17 @@ def _add_env_options(parser: argparse.ArgumentParser, default_text: str) -> None
 
 
 def build_parser() -> Parsers:
+    # allow_abbrev=False: a misspelled option (--timestep) is an error, not silently the option it is a prefix of.
     main = argparse.ArgumentParser(
         prog="python -m sb3_ippo",
+        allow_abbrev=False,
         description="Independent PPO (IPPO) for PettingZoo multi-agent envs, as a Stable-Baselines3 algorithm.",
     )
     commands = main.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
 
     train = commands.add_parser(
         "train",
+        allow_abbrev=False,
         help="train IPPO; save the model, a CSV log, a learning curve and run.json",
         description="Train IPPO and write model.zip, progress.csv, learning_curve.png and run.json into --out, "
         "then evaluate the model.",
@@ -202,6 +207,7 @@ def build_parser() -> Parsers:
 
     evaluate = commands.add_parser(
         "evaluate",
+        allow_abbrev=False,
         help="print a saved model's team and per-agent returns",
         description="Evaluate a saved model: team return and each agent's return, mean and std over --episodes.",
     )
@@ -228,4 +234,29 @@ def build_parser() -> Parsers:
         help="record the evaluation episodes into a video (needs moviepy: pip install moviepy)",
     )
     return Parsers(main, train, evaluate)
+
+
+def parse_args(parsers: Parsers, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed command line; arguments the subcommand does not know are a usage error of that subcommand (its
+    usage line, not the top-level one) that suggests the closest of its options for each unknown option."""
+    args, unknown = parsers.main.parse_known_args(argv)
+    if unknown:
+        parser = parsers.train if args.command == "train" else parsers.evaluate
+        parser.error(unrecognized_arguments_message(parser, unknown))
+    return args
+
+
+def unrecognized_arguments_message(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """argparse's "unrecognized arguments" message, with "did you mean" and the closest option of ``parser`` for each
+    unknown option that is close to one (``difflib.get_close_matches``)."""
+    options = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    hints = []
+    for argument in unknown:
+        if not argument.startswith("--"):
+            continue
+        name = argument.split("=", 1)[0]
+        close = difflib.get_close_matches(name, options, n=1)
+        if close:
+            hints.append(f"{name}: did you mean {close[0]}?")
+    return "unrecognized arguments: " + " ".join(unknown) + "".join(f"; {hint}" for hint in hints)
 
