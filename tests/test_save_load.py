@@ -181,6 +181,29 @@ def test_set_env_with_other_agents_names_the_agent() -> None:
         model.set_env(DyingAgentsEnv(death_steps={"agent_0": 2, "agent_1": None}))
 
 
+@pytest.mark.parametrize("trusted", [True, False])
+def test_load_of_a_missing_zip_names_the_path_given(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^No model file 'nope\.zip'$"):
+        IPPO.load("nope.zip", trusted=trusted)
+
+
+def test_load_of_a_missing_name_without_suffix_says_which_files_it_tried(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^No model file 'nope' \(tried nope, nope\.zip and nope\.safetensors\)$"):
+        IPPO.load("nope")
+
+
+def test_load_of_a_name_without_suffix_reads_the_zip_as_sb3_does(saved: tuple[IPPO, pathlib.Path]) -> None:
+    model, path = saved
+    loaded = IPPO.load(path.with_suffix(""))
+    assert loaded.policy_version == model.policy_version
+
+
 @pytest.mark.parametrize("content", ["not a zip", "truncated zip"])
 def test_load_a_corrupt_file_is_a_clear_error(tmp_path: pathlib.Path, content: str) -> None:
     path = tmp_path / "broken.zip"

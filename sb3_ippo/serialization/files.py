@@ -17,7 +17,7 @@ import torch as th
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
-from stable_baselines3.common.save_util import is_json_serializable, load_from_zip_file, open_path, save_to_zip_file
+from stable_baselines3.common.save_util import is_json_serializable, load_from_zip_file, save_to_zip_file
 
 from sb3_ippo.serialization.encoding import POLICY_CLASSES, _Decoder, _Encoder
 from sb3_ippo.serialization.errors import (
@@ -364,9 +364,17 @@ def load_zip_trusted(
 
 
 def _read_zip_path(path: str | pathlib.Path) -> bytes:
-    # As SB3 does: "model" means "model.zip" when there is no file "model".
-    file = open_path(path, "r", suffix="zip")
-    try:
-        return file.read()
-    finally:
-        file.close()
+    """The bytes of the file at ``path``, or, as SB3 reads "model" as "model.zip", of ``path + ".zip"`` when ``path``
+    names no file.
+
+    :raises FileNotFoundError: naming the path given and every path tried (SB3's own error names only the last, as
+        "model.zip.zip" for "model.zip").
+    """
+    given = pathlib.Path(path)
+    candidates = [given] if given.suffix == ".zip" else [given, pathlib.Path(f"{given}.zip")]
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate.read_bytes()
+    tried = candidates + ([pathlib.Path(f"{given}.safetensors")] if not given.suffix else [])  # see safetensors_file
+    also = f" (tried {', '.join(map(str, tried[:-1]))} and {tried[-1]})" if len(tried) > 1 else ""
+    raise FileNotFoundError(f"No model file {str(path)!r}{also}")
