@@ -92,6 +92,10 @@ class MultiAgentEvalCallback(EvalCallback):
     (one row per evaluation, one column per seat).
 
     :param eval_env: A PettingZoo env (parallel or AEC) or ``make_vec_env(...)``.
+    :param eval_freq: Evaluate every this many calls of the callback, as in SB3: one call per vectorized ``env.step``,
+        which steps each of the training env's ``n_envs`` copies once, so ``eval_freq * n_envs`` env steps
+        (``model.num_timesteps``). To evaluate every N env steps, pass ``max(N // n_envs, 1)`` (what the command
+        line's ``--eval-freq N`` does).
     :param opponent: None (score by team return), ``"random"``, a model or policy with ``predict``, or a function.
     """
 
