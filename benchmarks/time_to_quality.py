@@ -510,8 +510,9 @@ def plot_task(task_name: str, results: list[dict[str, Any]], rows: list[dict[str
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     random_row = next(r for r in rows if r["task"] == task_name and r["algo"] == "random")
     for result in results:
-        members = scored_agents(task_name, [k.split("/", 1)[1] for k in result["final"] if k.startswith("return/")])
         episodes = result["episodes"]
+        agents = [key.split("/", 1)[1] for key in (episodes[0] if episodes else {}) if key.startswith("return/")]
+        members = scored_agents(task_name, agents)
         ys = np.array([sum(e[f"return/{a}"] for a in members) for e in episodes])
         label = f"{LABELS[result['algo']]}, seed {result['seed']}"
         for ax, key in zip(axes, ("seconds", "env_steps"), strict=True):
@@ -525,6 +526,11 @@ def plot_task(task_name: str, results: list[dict[str, Any]], rows: list[dict[str
     peer_seconds = [r["train_seconds"] for r in results if r["algo"] == "peer"]
     if peer_seconds:
         axes[0].axvline(float(np.mean(peer_seconds)), linestyle=":", color=COLORS["peer"], label="T: the peer's time")
+    for row in rows:  # with --rates: where each algorithm is read at equal time, on its env-step curve
+        if row["task"] == task_name and row["algo"] not in ("peer", "random") and row["env_steps_at_equal_time_rates"]:
+            axes[1].axvline(row["env_steps_at_equal_time_rates"], linestyle=":", color=COLORS[row["algo"]],
+                            label=f"S: {row['algo']}'s env steps in the peer's time (--rates)")
+    axes[1].legend(fontsize=7, loc="lower right")
     axes[0].legend(fontsize=7, loc="lower right")
     scored = "good agents' return" if TASKS[task_name].cross_play else "team return"
     fig.suptitle(f"{task_name}: {scored} against wall-clock time and env steps", fontsize=10)
