@@ -259,4 +259,3 @@ def unrecognized_arguments_message(parser: argparse.ArgumentParser, unknown: Seq
         if close:
             hints.append(f"{name}: did you mean {close[0]}?")
     return "unrecognized arguments: " + " ".join(unknown) + "".join(f"; {hint}" for hint in hints)
-
