@@ -410,6 +410,7 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
             ratio = rates.get((task_name, algo), float("nan")) / rates.get((task_name, "peer"), float("nan"))
             rated_steps = int(budget * ratio) if np.isfinite(ratio) else 0
             rated = [at_env_steps(r, members, rated_steps) for r in runs] if rated_steps else []
+            rated_values = [value for value, _ in rated]
             # (A run recorded by hand may give only the team return: its side's score is then unknown, nan.)
             evals = [r["final"]["team_return"] if members == agents
                      else sum(r["final"].get(f"return/{a}", float("nan")) for a in members) for r in runs]
@@ -422,9 +423,9 @@ def summarize(results: list[dict[str, Any]], args: argparse.Namespace) -> list[d
                 "env_steps_at_equal_time": int(np.mean([t[1] for t in timed])) if timed else 0,
                 "finished_early": any(t[2] for t in timed),
                 "rate_ratio": ratio,
-                "equal_time_rates": float(np.mean([value for value, _ in rated])) if rated else float("nan"),
-                "equal_time_rates_min": float(np.min([value for value, _ in rated])) if rated else float("nan"),
-                "equal_time_rates_max": float(np.max([value for value, _ in rated])) if rated else float("nan"),
+                "equal_time_rates": float(np.mean(rated_values)) if rated else float("nan"),
+                "equal_time_rates_min": float(np.min(rated_values)) if rated else float("nan"),
+                "equal_time_rates_max": float(np.max(rated_values)) if rated else float("nan"),
                 "env_steps_at_equal_time_rates": rated_steps,
                 "short_of_rates": any(short for _, short in rated),
                 "eval_deterministic": float(np.mean(evals)),
