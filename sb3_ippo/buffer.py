@@ -39,6 +39,9 @@ class Trajectory:
     :param truncated: True if the episode was truncated (a time limit: the env's, or ``max_episode_steps``); False
         if it is still going on and ``rollout_len`` cut this chunk of it, or if it terminated. Only a truncated
         trajectory may bootstrap 0 instead (IPPO's ``time_limit_bootstrap=False``); a cut one always bootstraps.
+    :param initial_state: A recurrent policy's hidden state before the first step (``sb3_ippo.recurrent``): zeros at
+        the agent's episode start, the state collection carried over for a chunk that ``rollout_len`` cut. None for
+        feed-forward policies.
     """
 
     observations: ObsArray
@@ -50,6 +53,7 @@ class Trajectory:
     bootstrap_obs: Any
     policy_version: int
     truncated: bool = False
+    initial_state: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -63,6 +67,7 @@ class _OpenTrajectory:
     rewards: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
+    initial_state: np.ndarray | None = None
 
     def close(self, terminated: bool, bootstrap_obs: Any, policy_version: int, truncated: bool) -> Trajectory:
         return Trajectory(
@@ -75,6 +80,7 @@ class _OpenTrajectory:
             bootstrap_obs=None if terminated else copy_row(bootstrap_obs),
             policy_version=policy_version,
             truncated=truncated,
+            initial_state=self.initial_state,
         )
 
 
@@ -154,6 +160,7 @@ class AgentEpisodeBuffer:
         final_obs: dict[int, Any],
         policy_version: int,
         max_version_lag: int | None = None,
+        initial_states: np.ndarray | None = None,
     ) -> None:
         """Record one vectorized step of this agent. Every array has ``n_envs`` rows.
 
@@ -165,11 +172,15 @@ class AgentEpisodeBuffer:
             buffer keeps a copy: the env may reuse its arrays.
         :param policy_version: The version of the policy that acted.
         :param max_version_lag: Used to make room for new trajectories when the buffer is full: stale ones go first.
+        :param initial_states: A recurrent policy's hidden states before this step, one row per copy: a trajectory
+            that opens here keeps its row (``Trajectory.initial_state``).
         """
         for env_idx in np.flatnonzero(acted).tolist():
             trajectory = self._open[env_idx]
             if trajectory is None:
                 trajectory = self._open[env_idx] = _OpenTrajectory(policy_version)
+                if initial_states is not None:
+                    trajectory.initial_state = np.array(initial_states[env_idx], copy=True)
             trajectory.observations.append(_row(obs, env_idx))
             trajectory.actions.append(actions[env_idx])
             trajectory.rewards.append(float(rewards[env_idx]))

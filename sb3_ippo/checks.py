@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.common.recurrent.policies import RecurrentMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import BasePolicy, MultiInputActorCriticPolicy
 
 from sb3_ippo.types import AgentID
@@ -16,8 +16,6 @@ from sb3_ippo.vec_env import MultiAgentVecEnv
 
 # The spaces SB3's policies take, as actions, and as observations (also inside a Dict).
 SPACE_KINDS = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-# sb3-contrib's names for its recurrent policies (RecurrentPPO.policy_aliases), refused by check_not_recurrent.
-RECURRENT_ALIASES = ("MlpLstmPolicy", "CnnLstmPolicy", "MultiInputLstmPolicy")
 
 
 def check_agent_spaces(observation_spaces: Mapping[Any, spaces.Space], action_spaces: Mapping[Any, spaces.Space]) -> None:
@@ -56,29 +54,17 @@ def check_policy_fits(agent: AgentID, policy_class: type[BasePolicy], observatio
     """:raises ValueError: where ``policy_class`` cannot take the agent's observations (Dict or not), with the fix."""
     policy_name = policy_class.__name__
     fix = "(for one group of agents only: group_kwargs={group: dict(policy=...)})"
-    if isinstance(observation_space, spaces.Dict) and not issubclass(policy_class, MultiInputActorCriticPolicy):
-        raise ValueError(f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy', not {policy_name} {fix}")
-    if issubclass(policy_class, MultiInputActorCriticPolicy) and not isinstance(observation_space, spaces.Dict):
+    multi_input = issubclass(policy_class, (MultiInputActorCriticPolicy, RecurrentMultiInputActorCriticPolicy))
+    if isinstance(observation_space, spaces.Dict) and not multi_input:
+        raise ValueError(
+            f"Agent {agent!r} has a Dict observation space: use 'MultiInputPolicy' (or 'MultiInputLstmPolicy'), not "
+            f"{policy_name} {fix}"
+        )
+    if multi_input and not isinstance(observation_space, spaces.Dict):
         # Otherwise SB3's CombinedExtractor fails with an AttributeError on the space.
         raise ValueError(
             f"Agent {agent!r} has the observation space {observation_space}, not a Dict: {policy_name} "
             f"('MultiInputPolicy') needs Dict observations {fix}"
-        )
-
-
-def check_not_recurrent(policy: object, where: str) -> None:
-    """:raises ValueError: for sb3-contrib's recurrent policies (a ``RecurrentActorCriticPolicy`` subclass or one of its
-    aliases), which IPPO does not train yet: they would be accepted here and fail inside torch during ``learn``.
-
-    :param where: How the user gave the policy (``"policy"``, ``"group_kwargs['g']['policy']"``), for the message.
-    """
-    recurrent = policy in RECURRENT_ALIASES or (isinstance(policy, type) and issubclass(policy, RecurrentActorCriticPolicy))
-    if recurrent:
-        name = policy if isinstance(policy, str) else getattr(policy, "__name__", repr(policy))
-        raise ValueError(
-            f"{where} is {name!r}, a recurrent (LSTM) policy: IPPO does not support recurrent policies yet. Use "
-            "'MlpPolicy' (or 'CnnPolicy', 'MultiInputPolicy'), and where an agent needs memory, give it its last "
-            "observations with a frame-stacking wrapper of the env (e.g. supersuit.frame_stack_v1)."
         )
 
 

@@ -5,7 +5,7 @@ A plain PPO zip has no place for IPPO's observation statistics, and a normalizin
 would make ``PPO.load`` import ``sb3_ippo``. Instead, normalization ``(x - mean) / std`` is affine, and the policy
 applies an affine layer first to its features: ``W ((x - mean) / std) + b = (W / std) x + (b - W (mean / std))``. So
 the exported policy takes raw observations, with the first ``nn.Linear`` of each of its two heads (actor and critic)
-rescaled, and nothing of this package is needed to load it.
+rescaled (for a recurrent policy, the input weights of its LSTMs), and nothing of this package is needed to load it.
 
 One difference remains: IPPO clips normalized observations to ``[-clip_obs, clip_obs]`` (10 standard deviations);
 the folded layer does not. Observations within 10 standard deviations of the running mean (in practice, all those
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from sb3_contrib import MaskablePPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
@@ -31,6 +32,7 @@ from torch import nn
 
 from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, unmasked_normalizer
 from sb3_ippo.normalization import ObservationNormalizer
+from sb3_ippo.recurrent import is_recurrent
 from sb3_ippo.types import AgentID
 
 if TYPE_CHECKING:
@@ -96,10 +98,14 @@ def fold_observation_normalization(policy: ActorCriticPolicy, normalizer: Observ
         return  # Nothing of this agent's observations is normalized (images, discrete observations).
     try:
         extractors = {"actor": policy.pi_features_extractor, "critic": policy.vf_features_extractor}
-        heads = {
-            "actor": _first_linear(policy.mlp_extractor.policy_net, policy.action_net, "actor"),
-            "critic": _first_linear(policy.mlp_extractor.value_net, policy.value_net, "critic"),
-        }
+        heads: dict[str, nn.Linear | tuple[th.Tensor, th.Tensor]]
+        if is_recurrent(policy):
+            heads = dict(recurrent_first_layers(policy))  # type: ignore[arg-type]
+        else:
+            heads = {
+                "actor": _first_linear(policy.mlp_extractor.policy_net, policy.action_net, "actor"),
+                "critic": _first_linear(policy.mlp_extractor.value_net, policy.value_net, "critic"),
+            }
         affines = {
             name: _feature_affine(normalizer, policy.observation_space, extractor) for name, extractor in extractors.items()
         }
@@ -111,15 +117,32 @@ def fold_observation_normalization(policy: ActorCriticPolicy, normalizer: Observ
         ) from error
     for name, layer in heads.items():
         scale, shift = affines[name]
-        weight = layer.weight.detach().double().cpu()
+        layer_weight, layer_bias = (layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer
+        assert isinstance(layer_weight, th.Tensor) and isinstance(layer_bias, th.Tensor)
+        weight = layer_weight.detach().double().cpu()
         scale_t, shift_t = th.as_tensor(scale, dtype=th.float64), th.as_tensor(shift, dtype=th.float64)
-        folded_bias = layer.bias.detach().double().cpu() - weight @ (scale_t * shift_t)
-        layer.weight.copy_((weight * scale_t).to(layer.weight.dtype))
-        layer.bias.copy_(folded_bias.to(layer.bias.dtype))
+        folded_bias = layer_bias.detach().double().cpu() - weight @ (scale_t * shift_t)
+        layer_weight.copy_((weight * scale_t).to(layer_weight.dtype))
+        layer_bias.copy_(folded_bias.to(layer_bias.dtype))
+
+
+def recurrent_first_layers(policy: RecurrentActorCriticPolicy) -> dict[str, tuple[th.Tensor, th.Tensor]]:
+    """The (weight, bias) that first see the features of a recurrent policy: its LSTMs' input weights (the actor's, and
+    the critic's own LSTM or linear layer; a critic that reuses the actor's LSTM has none of its own)."""
+    layers: dict[str, tuple[th.Tensor, th.Tensor]] = {}
+    for name, module in (("actor", policy.lstm_actor), ("critic", policy.lstm_critic)):
+        if module is not None:
+            if not getattr(module, "bias", False):
+                raise ValueError(f"the {name} LSTM has no bias (lstm_kwargs bias=False), where the shift would go")
+            layers[name] = (module.weight_ih_l0, module.bias_ih_l0)  # type: ignore[assignment]
+    if isinstance(policy.critic, nn.Linear):
+        layers["critic"] = (policy.critic.weight, policy.critic.bias)
+    return layers
 
 
 def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-    """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent),
+    """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent, a
+    ``RecurrentPPO`` zip for a recurrent one),
     with its group's update settings as the PPO's hyperparameters and the observation normalization folded in."""
     if agent_id not in model._policy_keys:
         raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
@@ -127,7 +150,8 @@ def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: st
     group = model._agent_groups[model._group_of[agent_id]]
     settings = model._update_settings[group.name]  # the agent's group's own, where it sets them
     masked = isinstance(policy, MaskedInputMixin)
-    ppo = (MaskablePPO if masked else PPO)(
+    algorithm = MaskablePPO if masked else RecurrentPPO if is_recurrent(policy) else PPO
+    ppo = algorithm(
         base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
         env=None,  # type: ignore[arg-type]
         learning_rate=settings.learning_rate,

@@ -35,10 +35,12 @@ from sb3_ippo.groups import AgentGroup
 from sb3_ippo.logs import dump_logs, record_update
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action
+from sb3_ippo.recurrent import PredictState, check_predict_state, is_recurrent, predict_recurrent
 from sb3_ippo.self_play import FrozenSeats
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.update.ppo import UpdateStats
+from sb3_ippo.update.recurrent import RecurrentGroupRunner
 from sb3_ippo.update.runners import GroupRunner, policy_input
 from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
@@ -295,6 +297,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
             for buffer in self.buffers.values():
                 self.episodes_lost += buffer.drop_open()
             self._last_alive = self.env.alive
+            self._reset_recurrent_states()
         iteration = 0
         callback.on_training_start(locals(), globals())
         finished_last, interrupted = False, True
@@ -340,6 +343,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         for buffer in self.buffers.values():
             self.episodes_lost += buffer.drop_open()
         self._last_obs = None
+        self._reset_recurrent_states()
 
     def _start_learner(self, timesteps: int) -> LearnerProcess | None:
         """The learner process of this ``learn`` (``async_training``), or None to update in this process.
@@ -401,7 +405,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                 self.obs_normalizers[agent].update(_select_rows(obs[agent], alive[agent]))
         sampled = {}
         for runner in self._runners.values():
-            for agent, (actions, values, log_probs) in runner.act(obs, acting, self.obs_normalizers).items():
+            for agent, (actions, values, log_probs) in runner.act(obs, acting, self.obs_normalizers, alive).items():
                 values_np = values.flatten().cpu().numpy()
                 if self.return_normalizers is not None:
                     # Stored on the return scale, with the statistics the value head was trained to: GAE without
@@ -438,6 +442,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
             # Where the learner acts: every alive agent, but not the seats that frozen opponents play (self_play.py).
             learning = alive if self._seats is None else self._seats.learning(alive)
             acting = [agent for agent in self.possible_agents if learning[agent].any()]
+            initial_states = self._recurrent_states_before_step()
             sampled = self._act(obs, learning, acting)
             env_actions = {agent: self._env_actions(agent, sampled[agent][0]) for agent in acting}
             if self._seats is not None:
@@ -461,9 +466,11 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                     step.final_obs[agent],
                     self.policy_version,
                     self.max_version_lag,
+                    initial_states.get(agent),
                 )
                 self._agents_seen.add(agent)
             self._credit_waiting_agents(step, learning)
+            self._end_recurrent_episodes(step)
             self._count_dropped_episodes()
 
             # What SB3 callbacks read from `locals`.
@@ -481,6 +488,33 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
 
         callback.on_rollout_end()
         return continue_training
+
+    def _recurrent_runners(self) -> list[RecurrentGroupRunner]:
+        return [runner for runner in self._runners.values() if isinstance(runner, RecurrentGroupRunner)]
+
+    def _reset_recurrent_states(self) -> None:
+        """Zero the hidden states of every recurrent agent in every env copy (the copies were reset)."""
+        for runner in self._recurrent_runners():
+            runner.reset_states(self.n_envs)
+
+    def _recurrent_states_before_step(self) -> dict[AgentID, np.ndarray]:
+        """The recurrent agents' hidden states before this step: the initial state of the trajectories it opens."""
+        states: dict[AgentID, np.ndarray] = {}
+        for runner in self._recurrent_runners():
+            states.update(runner.states_before_step(self.n_envs))
+        return states
+
+    def _end_recurrent_episodes(self, step: MultiAgentStep) -> None:
+        """Zero each recurrent agent's hidden state in the copies where its own episode ended (it terminated or was
+        truncated, the copy's episode ended, or the copy was restarted): it starts its next trajectory from zeros."""
+        runners = self._recurrent_runners()
+        if not runners:
+            return
+        copy_ended = step.dones if step.restarted is None else step.dones | step.restarted
+        for runner in runners:
+            runner.end_episodes(
+                {agent: step.terminations[agent] | step.truncations[agent] | copy_ended for agent in runner.agents}
+            )
 
     def _credit_waiting_agents(self, step: MultiAgentStep, acted: Mapping[AgentID, np.ndarray]) -> None:
         """Rewards and episode ends that reach agents in copies where they did not act (in a turn-based env, during
@@ -562,14 +596,19 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
     def predict(  # type: ignore[override]
         self,
         observation: Mapping[AgentID, Any],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
+        state: Mapping[AgentID, PredictState] | None = None,
+        episode_start: np.ndarray | Mapping[AgentID, np.ndarray] | None = None,
         deterministic: bool = False,
-    ) -> tuple[dict[AgentID, np.ndarray], None]:
+    ) -> tuple[dict[AgentID, np.ndarray], dict[AgentID, PredictState] | None]:
         """Actions for ``{agent_id: observation}`` (single or batched observations); agents missing from the
         dict are skipped. Observation normalization, if any, uses the frozen statistics.
 
-        :return: ``({agent_id: action}, None)``; an action is batched where its observation is.
+        Recurrent agents follow SB3's recurrent convention (``RecurrentPPO.predict``), per agent: ``state`` is the
+        dict of states the previous call returned (None at the start: zeros), ``episode_start`` says which rows start
+        an episode (their state is reset): one array for every agent, or ``{agent_id: array}``.
+
+        :return: ``({agent_id: action}, states)``; an action is batched where its observation is. ``states`` is None
+            for a model without recurrent agents, else ``{agent_id: (hidden, cell)}`` for the recurrent agents given.
         :raises ValueError: for an observation that is not a dict, or an agent id the model does not know.
         """
         if not isinstance(observation, Mapping):
@@ -581,11 +620,22 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         if unknown:
             raise ValueError(f"Unknown agent ids {unknown}: the model's agents are {self.possible_agents}")
         actions = {}
+        states: dict[AgentID, PredictState] | None = None
+        if any(is_recurrent(policy) for policy in self.policies.values()):
+            check_predict_state(state)
+            states = {}
         for agent, obs in observation.items():
             try:
                 normalizer = None if self.obs_normalizers is None else self.obs_normalizers[agent]
                 policy_obs = policy_input(obs, self.observation_spaces[agent], normalizer)
-                action, _ = self.policies[agent].predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
+                policy = self.policies[agent]
+                if is_recurrent(policy):
+                    assert states is not None
+                    action, states[agent] = predict_recurrent(
+                        policy, agent, policy_obs, state, episode_start, deterministic  # type: ignore[arg-type]
+                    )
+                else:
+                    action, _ = policy.predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
                 actions[agent] = to_env_action(action, self.action_spaces[agent])
             except (ValueError, TypeError) as error:
                 space = self.observation_spaces[agent]
@@ -594,13 +644,15 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                     f"Agent {agent!r}: its observation (shape {np.shape(obs) if not isinstance(obs, Mapping) else 'dict'}) "
                     f"does not fit its observation space {space}; expected shape {expected}. ({error})"
                 ) from error
-        return actions, None
+        return actions, states
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
         """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
         importing sb3_ippo), and its deterministic actions on raw observations equal this model's for that agent.
         A masked agent (an ``action_mask`` in its observation) is written as a ``sb3_contrib.MaskablePPO`` zip: its
         observation is the env's without the mask, and its ``predict`` takes the mask as ``action_masks``.
+        A recurrent agent is written as a ``sb3_contrib.RecurrentPPO`` zip: its ``predict(obs, state, episode_start)``
+        gives the actions and states this model's ``predict`` gives for that agent.
 
         With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
         of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard

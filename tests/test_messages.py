@@ -14,13 +14,13 @@ import pytest
 from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo.classic import tictactoe_v3
-from sb3_contrib.ppo_recurrent import CnnLstmPolicy, MlpLstmPolicy
+from sb3_contrib.ppo_recurrent import MlpLstmPolicy
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.hyperparameters import RULES
-from tests.envs import DyingAgentsEnv
+from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.helpers import make_model, record_logs
 
 # --- every hyperparameter -------------------------------------------------------------------------------------------
@@ -143,16 +143,9 @@ def test_a_policy_name_typo_lists_the_valid_names() -> None:
         IPPO("MLPPolicy", DyingAgentsEnv())
 
 
-@pytest.mark.parametrize("policy", [MlpLstmPolicy, CnnLstmPolicy, "MlpLstmPolicy"])
-def test_a_recurrent_policy_is_refused_at_construction_saying_what_to_use(policy: Any) -> None:
-    expected = r"^policy is '\w+', a recurrent .*not support recurrent policies yet\. Use 'MlpPolicy'"
-    with pytest.raises(ValueError, match=expected):
-        IPPO(policy, DyingAgentsEnv())
-
-
-def test_a_recurrent_policy_for_one_group_is_refused_naming_the_group() -> None:
-    with pytest.raises(ValueError, match=r"^group_kwargs\['agent'\]\['policy'\] is 'RecurrentActorCriticPolicy', a recurrent"):
-        make_model(group_kwargs={"agent": dict(policy=MlpLstmPolicy)})  # MlpLstmPolicy is an alias of the class
+def test_a_recurrent_policy_on_a_dict_observation_says_to_use_multi_input_lstm_policy() -> None:
+    with pytest.raises(ValueError, match=r"Dict observation space: use 'MultiInputPolicy' \(or 'MultiInputLstmPolicy'\)"):
+        IPPO(MlpLstmPolicy, HeterogeneousEnv(), policy_kwargs=dict(net_arch=[8], lstm_hidden_size=8))
 
 
 def test_a_wrong_observation_shape_in_predict_names_the_agent_and_the_expected_shape() -> None:

@@ -16,7 +16,6 @@ from stable_baselines3.common.utils import FloatSchedule
 from torch import nn
 
 from sb3_ippo.buffer import VersionStamp
-from sb3_ippo.checks import check_not_recurrent
 from sb3_ippo.groups import AgentGroup, make_groups
 from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
 from sb3_ippo.hyperparameters import check_hyperparameters
@@ -25,9 +24,11 @@ from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 from sb3_ippo.logs import log_names
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
+from sb3_ippo.recurrent import RECURRENT_POLICY_ALIASES
 from sb3_ippo.self_play import SnapshotOpponent, make_frozen_seats
 from sb3_ippo.types import AgentID
-from sb3_ippo.update.runners import GroupRunner, policy_input
+from sb3_ippo.update.recurrent import make_group_runner
+from sb3_ippo.update.runners import policy_input
 from sb3_ippo.update.settings import UPDATE_SETTINGS, KLStop, UpdateSettings
 from sb3_ippo.update.trainer import Trainer, UpdateJob
 from sb3_ippo.vec_env import as_multiagent_vec_env
@@ -54,7 +55,9 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass. An agent whose observation is a Dict with an ``action_mask`` gets sb3-contrib's
         maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.masking``.
-        Recurrent policies (sb3-contrib's ``MlpLstmPolicy`` and its kin) are not supported yet: a ``ValueError``.
+        Recurrent policies: sb3-contrib's "MlpLstmPolicy", "CnnLstmPolicy", "MultiInputLstmPolicy" or any
+        ``RecurrentActorCriticPolicy`` subclass give each agent an LSTM whose state is carried through its episode and
+        that is trained on whole trajectories (``sb3_ippo.update.recurrent``, ``docs/usage.md``).
     :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` (run in parallel where PettingZoo can, else stepped turn
         by turn: the classic games, ``sb3_ippo.vec_env.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
         loading a model for prediction.
@@ -169,6 +172,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
+        **RECURRENT_POLICY_ALIASES,
     }
 
     def __init__(
@@ -216,7 +220,6 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        check_not_recurrent(policy, "policy")
         if isinstance(policy, type) and not issubclass(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):
             raise TypeError(
                 f"policy must be an ActorCriticPolicy subclass or one of {list(self.policy_aliases)}, got {policy}"
@@ -345,7 +348,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         if self.normalize_returns:
             self.return_normalizers = self._per_agent(lambda agent: ReturnNormalizer(), self.return_normalizers)
         self._runners = {
-            name: GroupRunner(group, self.policies, self.observation_spaces, self.action_spaces, self.batched)
+            name: make_group_runner(group, self.policies, self.observation_spaces, self.action_spaces, self.batched)
             for name, group in self._agent_groups.items()
         }
         self._trainer = Trainer(list(self._runners.values()), self.return_normalizers)

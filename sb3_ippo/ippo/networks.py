@@ -12,7 +12,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from sb3_ippo.checks import check_not_recurrent, check_policy_fits
+from sb3_ippo.checks import check_policy_fits
 from sb3_ippo.groups import AgentGroup
 from sb3_ippo.masking import policy_for_agent
 from sb3_ippo.preprocessing import policy_observation_space
@@ -36,13 +36,12 @@ def group_policy_class(
     """The policy class of ``group``: its own (``group_kwargs``'s ``policy``, a class or one of ``aliases``), else
     ``default``.
 
-    :raises ValueError: for an unknown alias or a recurrent policy.
+    :raises ValueError: for an unknown alias.
     :raises TypeError: for a class that is not an ``ActorCriticPolicy``.
     """
     policy = group.settings.get("policy")
     if policy is None:
         return default
-    check_not_recurrent(policy, f"group_kwargs[{group.name!r}]['policy']")
     if isinstance(policy, str):
         if policy not in aliases:
             raise ValueError(

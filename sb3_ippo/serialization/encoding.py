@@ -21,6 +21,7 @@ from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, Line
 from torch import nn
 
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.recurrent import RECURRENT_POLICY_ALIASES
 from sb3_ippo.serialization.errors import _DAMAGE_ERRORS, ModelFileError, NotSerializableError, UntrustedContentError
 from sb3_ippo.serialization.sizes import check_declared_sizes
 from sb3_ippo.update.ppo import UpdateStats
@@ -30,6 +31,7 @@ POLICY_CLASSES: dict[str, type] = {
     "MlpPolicy": ActorCriticPolicy,
     "CnnPolicy": ActorCriticCnnPolicy,
     "MultiInputPolicy": MultiInputActorCriticPolicy,
+    **RECURRENT_POLICY_ALIASES,
 }
 _OTHER_ALLOWED_CLASSES: list[type] = [
     # activation_fn

@@ -50,7 +50,20 @@ def _losses(
 ) -> _Losses:
     """SB3 PPO's losses on ``batch`` (with gradients, when enabled)."""
     values, log_prob, entropy = policy.evaluate_actions(batch.observations, batch.actions)
-    values = values.flatten()
+    return surrogate_losses(values.flatten(), log_prob, entropy, batch, advantages, clip_range, clip_range_vf)
+
+
+def surrogate_losses(
+    values: th.Tensor,
+    log_prob: th.Tensor,
+    entropy: th.Tensor | None,
+    batch: AgentBatch,
+    advantages: th.Tensor,
+    clip_range: float,
+    clip_range_vf: float | None,
+) -> _Losses:
+    """SB3 PPO's losses from the policy's outputs on ``batch``'s rows (values flat, one per row); the recurrent update
+    (:mod:`sb3_ippo.update.recurrent`) evaluates its sequences its own way and shares these."""
     log_ratio = log_prob - batch.old_log_prob
     ratio = th.exp(log_ratio)
     policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()

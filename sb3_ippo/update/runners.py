@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -116,10 +117,12 @@ class GroupRunner:
         obs: Mapping[AgentID, ObsArray],
         acting: Sequence[AgentID],
         obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None,
+        acted: Mapping[AgentID, np.ndarray] | None = None,
     ) -> dict[AgentID, ActOutput]:
         """Sample actions for every row of each acting member's raw observations ``obs[agent]``: ``{agent: (actions,
         values, log-probs)}``. One forward call for a stacked or shared group, one per member otherwise; the random
-        draws are those of the one-at-a-time path either way."""
+        draws are those of the one-at-a-time path either way. ``acted`` (which rows each member acts in) matters only
+        to runners that keep state (``sb3_ippo.update.recurrent``)."""
         members = [agent for agent in self.agents if agent in acting]
         if not members:
             return {}

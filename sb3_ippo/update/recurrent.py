@@ -1,0 +1,393 @@
+"""The update of a recurrent agent (sb3-contrib's ``RecurrentActorCriticPolicy``) on whole sequences, and the group
+runner of recurrent groups.
+
+Every drained trajectory is one sequence: a whole episode of the agent, or a chunk that ``rollout_len`` cut, which
+starts from the hidden state collection had carried to it (``Trajectory.initial_state``; zeros at an episode start).
+
+- **Recompute** (:func:`build_sequence_batch`): the current network is re-run over each whole sequence from its
+  initial state, with the bootstrap observation (of a truncated or cut trajectory) appended as one more step, so
+  V(s_T) comes from the hidden state after the last step. Then fresh-value GAE as for feed-forward policies
+  (:func:`sb3_ippo.update.batch.finish_batch`).
+- **Update** (:func:`recurrent_ppo_update`): as :func:`sb3_ippo.update.ppo.ppo_update` (passes, KL stop, gradient
+  clipping), but a minibatch is a set of whole sequences: consecutive sequences (shuffled as sequences with
+  ``shuffle_minibatches``) until they hold ``batch_size`` transitions. The sequences are padded to the longest one
+  for the LSTM, and only the real steps' outputs are taken into the loss: padded steps never reach it.
+
+The LSTM runs over a padded sequence in one call (no reset inside a sequence, since a trajectory never spans two
+episodes of its agent), as sb3-contrib's ``_process_sequence`` does when no episode starts inside.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor, update_learning_rate
+
+from sb3_ippo.buffer import Trajectory
+from sb3_ippo.groups import AgentGroup
+from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.recurrent import array_to_states, is_recurrent, states_to_array, zero_states
+from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.update.batch import AgentBatch, TensorObs, drain_to_tensors, finish_batch
+from sb3_ippo.update.ppo import UpdateStats, _Losses, surrogate_losses
+from sb3_ippo.update.runners import ActOutput, GroupRunner
+from sb3_ippo.update.settings import UpdateSettings
+from sb3_ippo.update.stacked import concat_tensor_obs
+
+
+def _scatter_rows(rows: TensorObs, positions: th.Tensor, n_rows: int, into: TensorObs | None = None) -> TensorObs:
+    """``rows`` placed at ``positions`` of ``into`` (or of a zero tensor of ``n_rows`` rows, its padding)."""
+    if isinstance(rows, dict):
+        target = into if isinstance(into, dict) else {key: None for key in rows}
+        return {key: _scatter_rows(value, positions, n_rows, target[key]) for key, value in rows.items()}  # type: ignore[misc]
+    if into is None:
+        into = th.zeros((n_rows, *rows.shape[1:]), dtype=rows.dtype, device=rows.device)
+    assert isinstance(into, th.Tensor)
+    into[positions] = rows
+    return into
+
+
+def padded_rows(lengths: Sequence[int], max_len: int) -> list[int]:
+    """The padded rows of the steps of each sequence, sequences padded to ``max_len`` steps and laid out one after another
+    (sb3-contrib's layout: step ``t`` of sequence ``i`` is row ``i * max_len + t``)."""
+    return [i * max_len + t for i, length in enumerate(lengths) for t in range(length)]
+
+
+def evaluate_sequences(
+    policy: RecurrentActorCriticPolicy, observations: TensorObs, actions: th.Tensor, initial_states: th.Tensor
+) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+    """The policy's values, log-probs and entropies (each one per padded row) over padded sequences laid out as
+    :func:`padded_rows` says, each run from its state in ``initial_states`` ``(n_sequences, 4, layers, hidden)``. The
+    LSTM runs over each sequence in one call: no episode starts inside a trajectory."""
+    episode_starts = th.zeros(len(actions), device=actions.device)
+    values, log_prob, entropy = policy.evaluate_actions(
+        observations,  # type: ignore[arg-type]
+        actions,
+        array_to_states(initial_states),
+        episode_starts,
+    )
+    return values.flatten(), log_prob, entropy
+
+
+@dataclass
+class SequenceBatch:
+    """One recurrent agent's training batch: :class:`AgentBatch` (the sequences' rows end to end) plus where each
+    sequence starts in it, its length, and its initial hidden state."""
+
+    batch: AgentBatch
+    starts: np.ndarray
+    lengths: np.ndarray
+    initial_states: th.Tensor
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def rows(self, sequences: Sequence[int]) -> th.Tensor:
+        """The batch rows of ``sequences``, sequence after sequence."""
+        ranges = [np.arange(self.starts[i], self.starts[i] + self.lengths[i]) for i in sequences]
+        return th.as_tensor(np.concatenate(ranges), dtype=th.long, device=self.batch.advantages.device)
+
+    def evaluate(
+        self, policy: RecurrentActorCriticPolicy, sequences: Sequence[int]
+    ) -> tuple[AgentBatch, th.Tensor, th.Tensor, th.Tensor | None]:
+        """``sequences``' rows (an :class:`AgentBatch`) and the policy's values, log-probs and entropies on them, the
+        sequences run from their initial states, padded to the longest of them: padded steps are dropped."""
+        rows = self.rows(sequences)
+        minibatch = self.batch.select(rows)
+        device = rows.device
+        lengths = [int(self.lengths[i]) for i in sequences]
+        max_len = max(lengths)
+        valid = th.as_tensor(padded_rows(lengths, max_len), dtype=th.long, device=device)
+        n_rows = len(lengths) * max_len
+        observations = _scatter_rows(minibatch.observations, valid, n_rows)
+        actions = _scatter_rows(minibatch.actions, valid, n_rows)
+        assert isinstance(actions, th.Tensor)
+        states = self.initial_states[th.as_tensor(list(sequences), dtype=th.long, device=device)]
+        values, log_prob, entropy = evaluate_sequences(policy, observations, actions, states)
+        # Only the real steps' outputs go on: the padded steps' never reach the loss.
+        values, log_prob = values[valid], log_prob[valid]
+        entropy = None if entropy is None else entropy[valid]
+        return minibatch, values, log_prob, entropy
+
+
+def initial_states_of(
+    policy: RecurrentActorCriticPolicy, trajectories: Sequence[Trajectory]
+) -> th.Tensor:
+    """Each trajectory's initial hidden state, ``(n, 4, layers, hidden)`` (zeros where it kept none)."""
+    states = zero_states(policy, len(trajectories))
+    for i, trajectory in enumerate(trajectories):
+        if trajectory.initial_state is not None:
+            states[i] = th.as_tensor(trajectory.initial_state, device=states.device)
+    return states
+
+
+def build_sequence_batch(
+    policy: RecurrentActorCriticPolicy,
+    trajectories: Sequence[Trajectory],
+    settings: UpdateSettings,
+    preprocess_obs: Callable[[ObsArray], ObsArray] | None = None,
+    return_normalizer: ReturnNormalizer | None = None,
+) -> SequenceBatch:
+    """:func:`sb3_ippo.update.batch.build_batch` for a recurrent policy: values and log-probs recomputed by re-running
+    the current network over each whole sequence from its initial state, the bootstrap observation appended as one
+    more step (see the module docstring)."""
+    drained = drain_to_tensors(
+        trajectories, policy.action_space, policy.device, preprocess_obs, settings.time_limit_bootstrap
+    )
+    device = drained.actions.device
+    lengths = np.asarray(drained.lengths)
+    # One more padded step after each bootstrapped trajectory's last: its bootstrap observation.
+    max_len = int(max(length + (i in drained.bootstrapped) for i, length in enumerate(drained.lengths)))
+    n_rows = len(lengths) * max_len
+    step_rows = th.as_tensor(padded_rows(drained.lengths, max_len), dtype=th.long, device=device)
+    bootstrap_rows = th.as_tensor(
+        [i * max_len + int(lengths[i]) for i in drained.bootstrapped], dtype=th.long, device=device
+    )
+    observations = _scatter_rows(drained.observations, step_rows, n_rows)
+    if drained.bootstrap_obs is not None:
+        observations = _scatter_rows(drained.bootstrap_obs, bootstrap_rows, n_rows, observations)
+    actions = _scatter_rows(drained.actions, step_rows, n_rows)
+    assert isinstance(actions, th.Tensor)
+    initial_states = initial_states_of(policy, trajectories)
+    with th.no_grad():
+        values, log_prob, _ = evaluate_sequences(policy, observations, actions, initial_states)
+    bootstrap_values = values[bootstrap_rows] if drained.bootstrapped else None
+    batch = finish_batch(drained, values[step_rows], log_prob[step_rows], bootstrap_values, settings, return_normalizer)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(int)
+    return SequenceBatch(batch=batch, starts=starts, lengths=lengths, initial_states=initial_states)
+
+
+def sequence_minibatches(lengths: np.ndarray, batch_size: int | None, order: Sequence[int]) -> list[list[int]]:
+    """Sets of whole sequences, taken in ``order``, each closed once it holds at least ``batch_size`` transitions (None:
+    one set of every sequence). A sequence longer than ``batch_size`` is a minibatch alone."""
+    if batch_size is None:
+        return [list(order)]
+    minibatches: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for index in order:
+        current.append(int(index))
+        size += int(lengths[index])
+        if size >= batch_size:
+            minibatches.append(current)
+            current, size = [], 0
+    if current:
+        minibatches.append(current)
+    return minibatches
+
+
+def _sequence_losses(
+    policy: RecurrentActorCriticPolicy,
+    batch: SequenceBatch,
+    sequences: Sequence[int],
+    advantages: th.Tensor,
+    clip_range: float,
+    clip_range_vf: float | None,
+) -> _Losses:
+    minibatch, values, log_prob, entropy = batch.evaluate(policy, sequences)
+    return surrogate_losses(
+        values, log_prob, entropy, minibatch, advantages[batch.rows(sequences)], clip_range, clip_range_vf
+    )
+
+
+def recurrent_ppo_update(
+    policy: RecurrentActorCriticPolicy,
+    batch: SequenceBatch,
+    settings: UpdateSettings,
+    generator: th.Generator | None = None,
+) -> UpdateStats:
+    """:func:`sb3_ippo.update.ppo.ppo_update` on whole sequences: largely identical (passes, advantage normalization
+    over the batch, the KL stop ``after_step`` or ``before_step``, gradient clipping, the statistics), but each
+    minibatch is a set of whole sequences (:func:`sequence_minibatches`; shuffled as sequences with
+    ``shuffle_minibatches``), run from their initial states."""
+    clip_range, clip_range_vf, target_kl = settings.clip_range, settings.clip_range_vf, settings.target_kl
+    assert not callable(clip_range) and not callable(clip_range_vf), "read the schedules first: UpdateSettings.at"
+    advantages = batch.batch.advantages
+    if settings.normalize_advantage and len(advantages) > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    n_sequences = len(batch.lengths)
+    everything = list(range(n_sequences))
+
+    with th.no_grad():
+        before = _sequence_losses(policy, batch, everything, advantages, clip_range, clip_range_vf)
+
+    policy.set_training_mode(True)
+    n_epochs_run = 0
+    stop = False
+    for _ in range(settings.n_epochs):
+        order = th.randperm(n_sequences, generator=generator).tolist() if settings.shuffle_minibatches else everything
+        stepped = False
+        for sequences in sequence_minibatches(batch.lengths, settings.batch_size, order):
+            losses = _sequence_losses(policy, batch, sequences, advantages, clip_range, clip_range_vf)
+            stop = target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl
+            if stop and settings.kl_stop == "before_step":
+                break
+            loss = losses.policy_loss + settings.ent_coef * losses.entropy_loss + settings.vf_coef * losses.value_loss
+            policy.optimizer.zero_grad()
+            loss.backward()
+            if settings.max_grad_norm is not None:
+                th.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+            policy.optimizer.step()
+            stepped = True
+            if stop:
+                break
+        n_epochs_run += int(stepped)
+        if stop:
+            break
+
+    policy.set_training_mode(False)
+    with th.no_grad():
+        after = _sequence_losses(policy, batch, everything, advantages, clip_range, clip_range_vf)
+    inner = batch.batch
+    return UpdateStats(
+        policy_loss=after.policy_loss.item(),
+        policy_loss_delta=(after.policy_loss - before.policy_loss).item(),
+        value_loss=after.value_loss.item(),
+        value_loss_delta=(after.value_loss - before.value_loss).item(),
+        approx_kl=after.approx_kl.item(),
+        entropy_loss=after.entropy_loss.item(),
+        clip_fraction=after.clip_fraction.item(),
+        explained_variance=float(explained_variance(inner.old_values.cpu().numpy(), inner.returns.cpu().numpy())),
+        n_epochs_run=n_epochs_run,
+        n_transitions=len(inner),
+        n_trajectories=inner.n_trajectories,
+    )
+
+
+class RecurrentGroupRunner(GroupRunner):
+    """The runner of a group whose policy is recurrent: it keeps every member's hidden state in each env copy during
+    collection (``hidden_states``, rebuilt when the copies are: :meth:`reset_states`), and trains on whole sequences.
+
+    Its members act one at a time, or all at once with ``share_parameters`` (one network, each member its own states);
+    they are not stacked: with ``batched=True``, a group of several independent members warns once and takes the
+    reference path (``batched=False``), which is what its results then equal.
+    """
+
+    def __init__(
+        self,
+        group: AgentGroup,
+        policies: Mapping[AgentID, Any],
+        observation_spaces: Mapping[AgentID, spaces.Space],
+        action_spaces: Mapping[AgentID, spaces.Space],
+        batched: bool,
+    ) -> None:
+        super().__init__(group, policies, observation_spaces, action_spaces, batched=False)
+        if batched and len(self.agents) > 1 and not self.share_parameters:
+            warnings.warn(
+                f"Group {self.name!r} is trained one agent at a time (batched=False): recurrent policies are not stacked",
+                stacklevel=5,
+            )
+        self.hidden_states: dict[AgentID, th.Tensor] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Collection's hidden states stay with the collecting process.
+        return {**super().__getstate__(), "hidden_states": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stacked = None
+
+    def reset_states(self, n_envs: int) -> None:
+        """Zero every member's hidden state in ``n_envs`` env copies (the copies were reset)."""
+        self.hidden_states = {agent: zero_states(self.policies[agent], n_envs) for agent in self.agents}  # type: ignore[arg-type]
+
+    def states_before_step(self, n_envs: int) -> dict[AgentID, np.ndarray]:
+        """Every member's hidden states now, ``(n_envs, 4, layers, hidden)``: the initial state of the trajectories that
+        open at the next step."""
+        if not self.hidden_states or len(next(iter(self.hidden_states.values()))) != n_envs:
+            self.reset_states(n_envs)
+        return {agent: states.cpu().numpy() for agent, states in self.hidden_states.items()}
+
+    def end_episodes(self, ended: Mapping[AgentID, np.ndarray]) -> None:
+        """Zero each member's states in the copies where its episode ended (``ended[agent]``, one bool per copy)."""
+        for agent, states in self.hidden_states.items():
+            rows = th.as_tensor(ended[agent], dtype=th.bool, device=states.device)
+            states[rows] = 0.0
+
+    @th.no_grad()
+    def act(
+        self,
+        obs: Mapping[AgentID, ObsArray],
+        acting: Sequence[AgentID],
+        obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None,
+        acted: Mapping[AgentID, np.ndarray] | None = None,
+    ) -> dict[AgentID, ActOutput]:
+        """As :meth:`GroupRunner.act`, from each member's hidden states; the states advance in the copies where the
+        member acted (``acted[agent]``; None: every copy)."""
+        members = [agent for agent in self.agents if agent in acting]
+        if not members:
+            return {}
+        policy = self.policies[members[0]]
+        inputs = [obs_as_tensor(self.policy_input(agent, obs[agent], obs_normalizers), policy.device) for agent in members]
+        n_rows = [len(next(iter(x.values())) if isinstance(x, dict) else x) for x in inputs]
+        if not self.hidden_states or len(self.hidden_states[members[0]]) != n_rows[0]:
+            self.reset_states(n_rows[0])
+        if self.share_parameters:
+            groups = [(members, concat_tensor_obs(inputs))]
+        else:
+            groups = [([agent], x) for agent, x in zip(members, inputs, strict=True)]
+        outputs: dict[AgentID, ActOutput] = {}
+        for agents, x in groups:
+            net = self.policies[agents[0]]
+            states = th.cat([self.hidden_states[agent] for agent in agents])
+            starts = th.zeros(len(states), device=states.device)
+            actions, values, log_probs, new_states = net(x, array_to_states(states), starts)  # type: ignore[call-arg]
+            new = states_to_array(new_states)
+            sizes = [len(self.hidden_states[agent]) for agent in agents]
+            split = zip(actions.split(sizes), values.split(sizes), log_probs.split(sizes), new.split(sizes), strict=True)
+            for agent, (agent_actions, agent_values, agent_log_probs, agent_states) in zip(agents, split, strict=True):
+                if acted is None:
+                    self.hidden_states[agent] = agent_states.clone()
+                else:
+                    keep = th.as_tensor(acted[agent], dtype=th.bool, device=states.device)
+                    self.hidden_states[agent][keep] = agent_states[keep]
+                outputs[agent] = (agent_actions, agent_values, agent_log_probs)
+        return outputs
+
+    def update(
+        self,
+        trajectories: Mapping[AgentID, list[Trajectory]],
+        settings: UpdateSettings,
+        obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None,
+        return_normalizers: Mapping[AgentID, ReturnNormalizer] | None,
+        generator_seeds: Mapping[AgentID, int] | None,
+    ) -> dict[AgentID, UpdateStats]:
+        """As :meth:`GroupRunner.update`, on whole sequences (:func:`build_sequence_batch`, :func:`recurrent_ppo_update`)."""
+        for policy in {id(policy): policy for policy in self.policies.values()}.values():
+            update_learning_rate(policy.optimizer, settings.learning_rate)  # type: ignore[arg-type]
+        agents = [agent for agent in self.agents if agent in trajectories]
+        if not agents:
+            return {}
+
+        def update_one(agent: AgentID, batch_trajectories: list[Trajectory]) -> UpdateStats:
+            policy = self.policies[agent]
+            preprocess = functools.partial(self.policy_input, agent, obs_normalizers=obs_normalizers)
+            normalizer = None if return_normalizers is None else return_normalizers[agent]
+            batch = build_sequence_batch(policy, batch_trajectories, settings, preprocess, normalizer)  # type: ignore[arg-type]
+            generator = None if generator_seeds is None else th.Generator().manual_seed(generator_seeds[agent])
+            return recurrent_ppo_update(policy, batch, settings, generator)  # type: ignore[arg-type]
+
+        if self.share_parameters:
+            shared = update_one(agents[0], [t for agent in agents for t in trajectories[agent]])
+            return dict.fromkeys(agents, shared)
+        return {agent: update_one(agent, trajectories[agent]) for agent in agents}
+
+
+def make_group_runner(
+    group: AgentGroup,
+    policies: Mapping[AgentID, Any],
+    observation_spaces: Mapping[AgentID, spaces.Space],
+    action_spaces: Mapping[AgentID, spaces.Space],
+    batched: bool,
+) -> GroupRunner:
+    """The runner of ``group``: a :class:`RecurrentGroupRunner` where its policy is recurrent, else a ``GroupRunner``."""
+    runner_class = RecurrentGroupRunner if is_recurrent(policies[group.agents[0]]) else GroupRunner
+    return runner_class(group, policies, observation_spaces, action_spaces, batched)
