@@ -11,6 +11,8 @@ simple functions of the current observation and action, so a learner can learn t
 - :class:`CrashingEnv`: raises, or kills its process, at a given step (for subprocess worker failures);
   :class:`FactoryThatFailsInWorkers` makes a worker die while it starts.
 - :class:`CartPoleParallelEnv`: gymnasium's CartPole-v1 as a one-agent parallel env.
+- :class:`CueMemoryEnv`: each agent sees a cue only at the first step and is paid for repeating it ``delay`` steps
+  later: a task for memory (recurrent policies), at chance level without it.
 
 All but :class:`RevivingEnv` and :class:`CrashingEnv` pass ``pettingzoo.test.parallel_api_test``.
 """
@@ -308,6 +310,58 @@ class VariableLengthEnv(DyingAgentsEnv):
         if self.steps >= self.episode_length:
             terminations = {agent: not self.truncate for agent in observations}
             truncations = {agent: self.truncate for agent in observations}
+            self.agents = []
+        return observations, rewards, terminations, truncations, infos
+
+
+class CueMemoryEnv(_TestEnv):
+    """A memory task: each agent is shown its own cue (0 or 1, drawn at reset) at the first step only, and is paid
+    ``1`` for answering it when asked, ``delay`` steps later (the last step of the episode); every other step pays 0.
+
+    Observation of every agent: ``[cue == 0, cue == 1, asked]`` (Box float32 of shape (3,)): the cue's one-hot at the
+    first step and zeros after it, ``asked`` 1 at the last step. Action: Discrete(2), the answer (ignored until
+    asked). An episode lasts ``delay + 1`` steps and ends terminated. The best team return is ``n_agents``; a policy
+    without memory answers at chance, ``n_agents / 2`` in expectation.
+
+    :param n_agents: Number of agents.
+    :param delay: Steps between the cue and the question (at least 1).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "cue_memory_v0", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, n_agents: int = 2, delay: int = 4) -> None:
+        agents = [f"agent_{i}" for i in range(n_agents)]
+        super().__init__(
+            {agent: spaces.Box(0.0, 1.0, (3,), np.float32) for agent in agents},
+            {agent: spaces.Discrete(2) for agent in agents},
+        )
+        self.delay = delay
+        self.cues: dict[AgentID, int] = {}
+
+    def _observe(self, agent: AgentID) -> np.ndarray:
+        obs = np.zeros(3, dtype=np.float32)
+        if self.steps == 0:
+            obs[self.cues[agent]] = 1.0
+        obs[2] = float(self.steps == self.delay)
+        return obs
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self._reset_rng(seed)
+        self.steps = 0
+        self.agents = list(self.possible_agents)
+        self.cues = {agent: int(self.rng.integers(2)) for agent in self.agents}
+        return {agent: self._observe(agent) for agent in self.agents}, {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[AgentID, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        self._check_actions(actions)
+        asked = self.steps == self.delay
+        rewards = {agent: float(asked and int(actions[agent]) == self.cues[agent]) for agent in self.agents}
+        self.steps += 1
+        observations = {agent: self._observe(agent) for agent in self.agents}
+        terminations = dict.fromkeys(self.agents, asked)
+        truncations = dict.fromkeys(self.agents, False)
+        infos: dict[AgentID, dict] = {agent: {} for agent in self.agents}
+        if asked:
             self.agents = []
         return observations, rewards, terminations, truncations, infos
 

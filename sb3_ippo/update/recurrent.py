@@ -304,7 +304,8 @@ class RecurrentGroupRunner(GroupRunner):
         open at the next step."""
         if not self.hidden_states or len(next(iter(self.hidden_states.values()))) != n_envs:
             self.reset_states(n_envs)
-        return {agent: states.cpu().numpy() for agent, states in self.hidden_states.items()}
+        # A copy: acting changes the states in place, and the tensor and its NumPy view share memory on the CPU.
+        return {agent: states.cpu().numpy().copy() for agent, states in self.hidden_states.items()}
 
     def end_episodes(self, ended: Mapping[AgentID, np.ndarray]) -> None:
         """Zero each member's states in the copies where its episode ended (``ended[agent]``, one bool per copy)."""
