@@ -21,6 +21,7 @@ from tests.envs import (
     HETEROGENEOUS_AGENTS,
     CartPoleParallelEnv,
     CrashingEnv,
+    CueMemoryEnv,
     DyingAgentsEnv,
     FactoryThatFailsInWorkers,
     HeterogeneousEnv,
@@ -471,8 +472,9 @@ def test_worker_that_dies_while_starting_raises_in_the_parent() -> None:
         HeterogeneousEnv,
         VariableLengthEnv,
         CartPoleParallelEnv,
+        CueMemoryEnv,
     ],
-    ids=["dying", "joining", "heterogeneous", "variable_length", "cartpole"],
+    ids=["dying", "joining", "heterogeneous", "variable_length", "cartpole", "cue_memory"],
 )
 def test_test_envs_pass_the_pettingzoo_parallel_api_test(make_env: Callable[[], Any]) -> None:
     parallel_api_test(make_env(), num_cycles=600)
