@@ -61,6 +61,15 @@ def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsy
     assert all(f"\n  {agent} " in printed for agent in ("team return", "agent_0", "agent_1", "agent_2"))
 
 
+def test_train_and_evaluate_a_recurrent_policy(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "run"
+    main(["train", "--out", str(out), *QUICK[:-2], "--eval-episodes", "1", "--policy", "MlpLstmPolicy", "--policy-kwargs",
+          "dict(net_arch=[16], lstm_hidden_size=8)"])
+    model = IPPO.load(out / "model.zip")
+    assert all(type(policy).__name__ == "RecurrentActorCriticPolicy" for policy in model.policies.values())
+    assert main(["evaluate", str(out / "model.zip"), "--episodes", "1"]) == 0
+
+
 def test_run_file_holds_every_setting(tmp_path: pathlib.Path) -> None:
     run = json.loads((train(tmp_path / "run", "--seed", "3") / "run.json").read_text())
     for key, value in {"seed": 3, "n_envs": 2, "policy": "MlpPolicy", "vec_env": "dummy", "timesteps": 100}.items():
