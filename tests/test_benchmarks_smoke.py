@@ -239,3 +239,11 @@ def test_soak_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["baseline_mb"] > 0 and summary["final_mb"] > 0
     report = capsys.readouterr().out
     assert "rss_MB" in report and "restarts survived" in report and "resident memory after" in report
+
+
+def test_recurrent_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--seeds", "1", "--timesteps", "200", "--eval-every", "100", "--eval-episodes", "1", "--rounds", "1"]
+    load_benchmark("recurrent").main([*args, "--speed-steps", "100", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "ippo_lstm" in printed and "recurrent_ppo_supersuit" in printed
+    assert (tmp_path / "speed.txt").exists() and (tmp_path / "learning_seeds0-0.txt").exists()

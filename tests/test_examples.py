@@ -36,7 +36,7 @@ def run_example(name: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     return result, output
 
 
-@pytest.mark.parametrize("name", ["simple_spread", "continuous_spread"])
+@pytest.mark.parametrize("name", ["simple_spread", "continuous_spread", "recurrent_spread"])
 def test_team_return_example(name: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     team_return, output = run_example(name, tmp_path, capsys, timesteps=200)
     assert isinstance(team_return, float) and math.isfinite(team_return)
