@@ -12,7 +12,7 @@ import torch as th
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 
-from sb3_ippo import IPPO, evaluate_policy, make_vec_env
+from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from sb3_ippo.update.recurrent import RecurrentGroupRunner, SequenceBatch, build_sequence_batch, sequence_minibatches
 from sb3_ippo.update.runners import GroupRunner
 from tests.envs import CueMemoryEnv, DyingAgentsEnv
@@ -254,10 +254,39 @@ def test_export_round_trips_through_recurrent_ppo_load(tmp_path: Any, normalize_
         starts = np.array([False, t == 2, False])
 
 
-def test_evaluate_policy_carries_each_agents_state() -> None:
+def test_evaluate_policy_and_the_eval_callback_carry_each_agents_state_through_the_episode() -> None:
     model = recurrent_model()
-    mean, _ = evaluate_policy(model, DyingAgentsEnv(), n_eval_episodes=2)
-    assert 0.0 <= mean <= 12.0
+    model.learn(100)
+    returns, _ = evaluate_policy(model, DyingAgentsEnv(), n_eval_episodes=2, return_episode_rewards=True)
+    # By hand: each agent's state carried from step to step, reset at the episode start.
+    env = DyingAgentsEnv()
+    expected = []
+    for _ in range(2):
+        obs, _ = env.reset()
+        states, start, total = None, True, 0.0
+        while env.agents:
+            batch = {agent: obs[agent][None] for agent in env.agents}
+            actions, states = model.predict(batch, states, np.array([start]), deterministic=True)
+            obs, rewards, _, _, _ = env.step({agent: int(action[0]) for agent, action in actions.items()})
+            total, start = total + sum(rewards.values()), False
+        expected.append(total)
+    assert list(returns) == expected  # type: ignore[arg-type]
+    callback = MultiAgentEvalCallback(DyingAgentsEnv(), n_eval_episodes=2, eval_freq=6, verbose=0)
+    model.learn(6, callback=callback, reset_num_timesteps=False)
+    assert callback.last_mean_reward == pytest.approx(np.mean(expected))
+
+
+def test_episode_start_may_be_given_per_agent() -> None:
+    model = recurrent_model()
+    obs = {agent: np.full((2, 2), 0.5, np.float32) for agent in model.possible_agents}
+    _, states = model.predict(obs)
+    assert states is not None
+    starts = {agent: np.array([agent == "agent_0", False]) for agent in model.possible_agents}
+    _, after = model.predict(obs, states, starts)
+    _, fresh = model.predict(obs)
+    assert after is not None and fresh is not None
+    np.testing.assert_array_equal(after["agent_0"][0][:, 0], fresh["agent_0"][0][:, 0])  # reset: as from zeros
+    assert not np.array_equal(after["agent_1"][0][:, 0], fresh["agent_1"][0][:, 0])  # carried
 
 
 @pytest.mark.slow
