@@ -68,14 +68,16 @@ def test_group_kwargs_mix_recurrent_and_feed_forward_groups() -> None:
     assert model.policy_version > 0
 
 
-@pytest.mark.parametrize("rollout_len", [None, 2])
+@pytest.mark.parametrize(("rollout_len", "share_parameters"), [(None, False), (2, False), (2, True)])
 def test_recomputed_log_probs_and_values_equal_those_at_collection_while_the_weights_are_unchanged(
-    rollout_len: int | None,
+    rollout_len: int | None, share_parameters: bool
 ) -> None:
     # A learning rate of 0: the updates leave the weights as they are, so every trajectory, chunks cut by rollout_len and
     # agents that die or join mid-episode included, was collected by the network that recomputes it.
     env = make_vec_env(joining_env, n_envs=2, seed=0)
-    model = recurrent_model(env, learning_rate=frozen, rollout_len=rollout_len, normalize_returns=False)
+    model = recurrent_model(
+        env, learning_rate=frozen, rollout_len=rollout_len, normalize_returns=False, share_parameters=share_parameters
+    )
     drained = record_by_agent(model)
     model.learn(100)
     carried = [t for trajectories in drained.values() for t in trajectories if t.initial_state.any()]  # type: ignore[union-attr]
