@@ -145,7 +145,8 @@ def build_sequence_batch(
     device = drained.actions.device
     lengths = np.asarray(drained.lengths)
     # One more padded step after each bootstrapped trajectory's last: its bootstrap observation.
-    max_len = int(max(length + (i in drained.bootstrapped) for i, length in enumerate(drained.lengths)))
+    bootstrapped = set(drained.bootstrapped)
+    max_len = max(length + (i in bootstrapped) for i, length in enumerate(drained.lengths))
     n_rows = len(lengths) * max_len
     step_rows = th.as_tensor(padded_rows(drained.lengths, max_len), dtype=th.long, device=device)
     bootstrap_rows = th.as_tensor(
@@ -328,9 +329,10 @@ class RecurrentGroupRunner(GroupRunner):
             return {}
         policy = self.policies[members[0]]
         inputs = [obs_as_tensor(self.policy_input(agent, obs[agent], obs_normalizers), policy.device) for agent in members]
-        n_rows = [len(next(iter(x.values())) if isinstance(x, dict) else x) for x in inputs]
-        if not self.hidden_states or len(self.hidden_states[members[0]]) != n_rows[0]:
-            self.reset_states(n_rows[0])
+        first = inputs[0]
+        n_envs = len(next(iter(first.values())) if isinstance(first, dict) else first)
+        if not self.hidden_states or len(self.hidden_states[members[0]]) != n_envs:
+            self.reset_states(n_envs)
         if self.share_parameters:
             groups = [(members, concat_tensor_obs(inputs))]
         else:
