@@ -100,3 +100,13 @@ def test_site_links_to_folders_and_to_files_outside_docs_work_and_broken_ones_fa
     for broken in ("[gone](../benchmarks/gone.py)\n", "[gone](missing.md)\n", "[gone](nothere/)\n"):
         result = build_site(tmp_path / str(len(broken)), {"docs/index.md": broken})
         assert result.returncode != 0 and "WARNING" in result.stderr, broken
+
+
+def test_the_changelog_and_the_install_lines_name_the_package_version() -> None:
+    import sb3_ippo
+
+    version = sb3_ippo.__version__
+    releases = re.findall(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    assert releases and releases[0] == version, "CHANGELOG.md's latest release is not sb3_ippo.__version__"
+    for path in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        assert set(re.findall(r"sb3_ippo-([\d.]+)-py3-none-any\.whl", path.read_text())) == {version}, path
