@@ -60,9 +60,9 @@ def test_the_api_reference_documents_every_public_name() -> None:
     for path in re.findall(r"^::: ([\w.]+)$", (ROOT / "docs" / "api.md").read_text(), flags=re.M):
         module, name = path.rsplit(".", 1)
         documented[name] = getattr(importlib.import_module(module), name)
-    assert set(documented) == set(sb3_ippo.__all__)
-    for name, value in documented.items():
-        assert value is getattr(sb3_ippo, name), f"api.md documents {name} from a module that does not define it"
+    assert set(sb3_ippo.__all__) <= set(documented)
+    for name in sb3_ippo.__all__:
+        assert documented[name] is getattr(sb3_ippo, name), f"api.md documents {name} from a module that does not define it"
 
 
 def test_getting_started_snippet_runs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -187,6 +187,14 @@ def build_parser() -> Parsers:
         "--tensorboard-log", type=pathlib.Path, default=None, metavar="DIR", help="also log to TensorBoard in DIR/IPPO_<n>"
     )
     train.add_argument(
+        "--wandb-project",
+        default=None,
+        metavar="PROJECT",
+        help="track the run with Weights & Biases in PROJECT (needs wandb: pip install 'sb3_ippo[wandb]'): every "
+        "logger key through TensorBoard (in --tensorboard-log, else OUT/tensorboard), run.json as the config, and the "
+        "model and logs uploaded at the end; WANDB_MODE=offline keeps the run in OUT/wandb (wandb sync uploads it)",
+    )
+    train.add_argument(
         "--checkpoint-freq",
         type=non_negative_int,
         default=0,

@@ -53,6 +53,7 @@ class TrainSettings:
     n_eval_episodes: int | None
     eval_episodes: int
     out: str
+    wandb_project: str | None = None
 
     def with_game_defaults(self, game: bool) -> TrainSettings:
         """The settings with ``--eval-freq`` and ``--n-eval-episodes`` resolved where not given: for a game
@@ -89,6 +90,7 @@ class TrainSettings:
             "eval_freq": self.eval_freq,
             "n_eval_episodes": self.n_eval_episodes,
             "eval_episodes": self.eval_episodes,
+            "wandb_project": self.wandb_project,
             **self.hyperparameters,
         }
         for name, value in options.items():
@@ -123,6 +125,7 @@ class TrainSettings:
                 "eval_freq": self.eval_freq,
                 "n_eval_episodes": self.n_eval_episodes,
                 "eval_episodes": self.eval_episodes,
+                "wandb_project": self.wandb_project,
             },
         }
 
@@ -184,5 +187,6 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         eval_freq=args.eval_freq,
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
+        wandb_project=args.wandb_project,
         out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"ippo_{env_id.split('.')[-1]}")),
     )

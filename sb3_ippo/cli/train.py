@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import pathlib
 import zipfile
@@ -185,6 +186,11 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         parser.error(f"argument --env: {error}")
     if settings.tensorboard_log is not None and not installed("tensorboard"):
         parser.error("argument --tensorboard-log: TensorBoard is not installed: pip install tensorboard")
+    if settings.wandb_project is not None and not (installed("wandb") and installed("tensorboard")):
+        parser.error(
+            "argument --wandb-project: Weights & Biases tracking needs wandb and tensorboard: pip install wandb "
+            "tensorboard (or pip install 'sb3_ippo[wandb]')"
+        )
     out = pathlib.Path(settings.out)
     if out.exists() and not out.is_dir():
         parser.error(f"argument --out: {out} is a file, not a folder")
@@ -203,8 +209,12 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     model = _build(settings, env_factory, parser)
     game = is_turn_based_vec_env(model.env)
     settings = settings.with_game_defaults(game)
+    if settings.wandb_project is not None and settings.tensorboard_log is None:
+        # wandb reads the metrics from the TensorBoard events (sync_tensorboard), as in its SB3 integration.
+        settings = dataclasses.replace(settings, tensorboard_log=str(out / "tensorboard"))
     out.mkdir(parents=True, exist_ok=True)
-    model.set_logger(make_logger(settings, game))
+    wandb_run = _start_wandb(settings) if settings.wandb_project is not None else None
+    model.set_logger(make_logger(settings, game))  # after wandb.init, which patches TensorBoard's writer
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
     wrappers = f" with wrappers {' '.join(map(str, settings.wrappers))}" if settings.wrappers else ""
     print(
@@ -212,6 +222,10 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         f"output in {out}/"
     )
     callbacks, extra_envs = _callbacks(settings, env_factory)
+    if wandb_run is not None:
+        from sb3_ippo.tracking import WandbCallback
+
+        callbacks.append(WandbCallback())  # the model's hyperparameters into the run's config
     try:
         model.learn(
             settings.timesteps,
@@ -238,4 +252,35 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
                 print_evaluation(result, "Final evaluation")
     assert model.env is not None
     model.env.close()
+    if wandb_run is not None:
+        _finish_wandb(wandb_run, out)
     return model_path
+
+
+def _start_wandb(settings: TrainSettings) -> Any:
+    """A Weights & Biases run in ``--wandb-project``, named after the run folder, with run.json as its config; it
+    syncs the TensorBoard events, so it gets every logger key (WANDB_MODE=offline keeps it on disk)."""
+    import wandb
+
+    out = pathlib.Path(settings.out)
+    return wandb.init(
+        project=settings.wandb_project,
+        name=out.name,
+        dir=str(out),
+        config=settings.to_json(),
+        sync_tensorboard=True,
+        job_type="train",
+    )
+
+
+def _finish_wandb(run: Any, out: pathlib.Path) -> None:
+    """Upload the run's files (the model, run.json, progress.csv, the learning curve) and close the run."""
+    for name in (MODEL_FILE, RUN_FILE, "progress.csv", "learning_curve.png"):
+        if (out / name).is_file():
+            run.save(str(out / name), base_path=str(out), policy="now")
+    run.finish()
+    import wandb
+
+    # sync_tensorboard patched TensorBoard's writer for this run's folder: a later run in this process patches anew.
+    wandb.tensorboard.unpatch()  # type: ignore[attr-defined]
+    print(f"Logged to Weights & Biases: project {run.project}, run {run.name} ({out / 'wandb'})")
