@@ -120,7 +120,22 @@ class MAPPO(IPPO):
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Use a new env (same agents and spaces): a PettingZoo env, which gets this model's critic input, or a
         vectorized env made with it (see ``env``)."""
+        if env is not None and not isinstance(env, MultiAgentVecEnv) and not needs_turns(env):
+            self._check_own_spaces(to_parallel_env(env))
         super().set_env(critic_input_vec_env(env, self.critic_input_spec), force_reset)
+
+    def _check_own_spaces(self, env: Any) -> None:
+        """:raises ValueError: naming the first agent whose own observation space in ``env`` differs from the model's
+        (before the critic inputs, which every agent's observations enter, differ for all of them)."""
+        for agent in self.possible_agents:
+            if agent not in env.possible_agents:
+                continue  # check_env_matches names the agents that differ
+            model_space = self.observation_spaces[agent][OBS_KEY]  # type: ignore[index]
+            if env.observation_space(agent) != model_space:
+                raise ValueError(
+                    f"Agent {agent!r}: the env's observation space {env.observation_space(agent)} differs from the "
+                    f"model's {model_space}"
+                )
 
     @classmethod
     def load(  # type: ignore[override]
