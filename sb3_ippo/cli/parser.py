@@ -11,7 +11,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sb3_ippo.cli.settings import DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, PRINT_EVERY, RUN_FILE, TRAIN_DEFAULTS
+from sb3_ippo.cli.settings import (
+    ALGORITHMS,
+    DEFAULT_ENV,
+    DEFAULT_ENV_KWARGS,
+    MODEL_FILE,
+    PRINT_EVERY,
+    RUN_FILE,
+    TRAIN_DEFAULTS,
+)
 from sb3_ippo.cli.values import device, env_kwarg, non_negative_int, positive_int, wrapper_spec
 from sb3_ippo.hyperparams.files import NOT_HYPERPARAMETERS
 from sb3_ippo.hyperparams.text import hyperparameter_type
@@ -135,6 +143,18 @@ def build_parser() -> Parsers:
         help="run the copies in this process or in worker processes (default: dummy)",
     )
     train.add_argument(
+        "--algo",
+        choices=list(ALGORITHMS),
+        default="ippo",
+        help="ippo, or mappo: the same actors with a centralized critic (docs/algorithm.md, 'IPPO or MAPPO') (default: ippo)",
+    )
+    train.add_argument(
+        "--critic-input",
+        choices=["state", "joint_obs"],
+        default=None,
+        help="--algo mappo: what the critic sees, the env's state() or every agent's observation (default: state)",
+    )
+    train.add_argument(
         "--policy", choices=list(IPPO.policy_aliases), help=f"every agent's policy (default: {TRAIN_DEFAULTS['policy']})"
     )
     train.add_argument("--seed", type=non_negative_int, default=0, help="seed of everything (default: 0)")
@@ -173,7 +193,11 @@ def build_parser() -> Parsers:
         help=f"print the table on stdout at most every this many env steps; 0: at every log (default: {PRINT_EVERY})",
     )
     train.add_argument(
-        "--tensorboard-log", type=pathlib.Path, default=None, metavar="DIR", help="also log to TensorBoard in DIR/IPPO_<n>"
+        "--tensorboard-log",
+        type=pathlib.Path,
+        default=None,
+        metavar="DIR",
+        help="also log to TensorBoard in DIR/IPPO_<n> (or MAPPO_<n>)",
     )
     train.add_argument(
         "--checkpoint-freq",

@@ -23,6 +23,8 @@ CHECKPOINT_FOLDER = "checkpoints"  # where train --checkpoint-freq writes, insid
 # Defaults of the train options that a hyperparameter file may also set (the command line wins over the file).
 TRAIN_DEFAULTS: dict[str, Any] = {"timesteps": 200_000, "n_envs": 8, "vec_env": "dummy", "policy": "MlpPolicy"}
 PRINT_EVERY = 5_000
+# The algorithms `train --algo` offers, by their command-line name: the class's module and name.
+ALGORITHMS: dict[str, tuple[str, str]] = {"ippo": ("sb3_ippo.ippo", "IPPO"), "mappo": ("sb3_ippo.mappo", "MAPPO")}
 
 
 @dataclass
@@ -49,6 +51,13 @@ class TrainSettings:
     n_eval_episodes: int
     eval_episodes: int
     out: str
+    algo: str = "ippo"
+    critic_input: str | None = None  # --algo mappo: "state" or "joint_obs"
+
+    @property
+    def algorithm_name(self) -> str:
+        """The class name of the algorithm: IPPO or MAPPO."""
+        return ALGORITHMS[self.algo][1]
 
     def argv(self) -> list[str]:
         """The ``train`` arguments that reproduce this run: every setting explicit (no hyperparameter file, every
@@ -58,6 +67,8 @@ class TrainSettings:
         if self.wrappers:
             argv += ["--wrappers", *(str(spec.resolved()) for spec in self.wrappers)]
         options = {
+            "algo": self.algo,
+            "critic_input": self.critic_input,
             "timesteps": self.timesteps,
             "n_envs": self.n_envs,
             "vec_env": self.vec_env,
@@ -87,6 +98,8 @@ class TrainSettings:
             "out": self.out,
             "command": shlex.join(["python", "-m", "sb3_ippo", *argv]),
             "argv": argv,
+            "algo": self.algo,
+            "critic_input": self.critic_input,
             "env": self.env,
             "env_kwargs": jsonable(self.env_kwargs),
             "wrappers": [str(spec.resolved()) for spec in self.wrappers],
@@ -148,6 +161,12 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
     else:
         env_kwargs = from_file.get("env_kwargs", dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {})
     hyperparameters = {name: setting(name, default) for name, default in defaults.items()}
+    algo = getattr(args, "algo", "ippo")
+    critic_input = getattr(args, "critic_input", None)
+    if critic_input is not None and algo != "mappo":
+        parser.error("argument --critic-input: only --algo mappo has a centralized critic")
+    if algo == "mappo" and critic_input is None:
+        critic_input = "state"
     return TrainSettings(
         env=env_id,
         env_kwargs=env_kwargs,
@@ -168,5 +187,7 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         eval_freq=args.eval_freq,
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
-        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"ippo_{env_id.split('.')[-1]}")),
+        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"{algo}_{env_id.split('.')[-1]}")),
+        algo=algo,
+        critic_input=critic_input,
     )

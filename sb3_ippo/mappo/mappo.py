@@ -13,6 +13,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
+from sb3_ippo.checks import check_env_matches
 from sb3_ippo.critic_input import (
     CRITIC_KEY,
     OBS_KEY,
@@ -121,20 +122,27 @@ class MAPPO(IPPO):
         """Use a new env (same agents and spaces): a PettingZoo env, which gets this model's critic input, or a
         vectorized env made with it (see ``env``)."""
         if env is not None and not isinstance(env, MultiAgentVecEnv) and not needs_turns(env):
-            self._check_own_spaces(to_parallel_env(env))
+            parallel_env = to_parallel_env(env)
+            self._check_own_spaces({agent: parallel_env.observation_space(agent) for agent in parallel_env.possible_agents})
         super().set_env(critic_input_vec_env(env, self.critic_input_spec), force_reset)
 
-    def _check_own_spaces(self, env: Any) -> None:
-        """:raises ValueError: naming the first agent whose own observation space in ``env`` differs from the model's
-        (before the critic inputs, which every agent's observations enter, differ for all of them)."""
+    def check_acting_env(self, env: MultiAgentVecEnv) -> None:
+        """Check that the model can act on ``env``'s plain observations (as ``evaluate_policy`` steps it): the same
+        agents, own observation spaces and action spaces.
+
+        :raises ValueError: naming the first agent that differs.
+        """
+        own_spaces = {agent: space[OBS_KEY] for agent, space in self.observation_spaces.items()}  # type: ignore[index]
+        check_env_matches(self.possible_agents, own_spaces, self.action_spaces, env)
+
+    def _check_own_spaces(self, env_spaces: Mapping[AgentID, spaces.Space]) -> None:
+        """:raises ValueError: naming the first agent whose own observation space in ``env_spaces`` differs from the
+        model's (before the critic inputs, which every agent's observations enter, differ for all of them)."""
         for agent in self.possible_agents:
-            if agent not in env.possible_agents:
-                continue  # check_env_matches names the agents that differ
             model_space = self.observation_spaces[agent][OBS_KEY]  # type: ignore[index]
-            if env.observation_space(agent) != model_space:
+            if agent in env_spaces and env_spaces[agent] != model_space:
                 raise ValueError(
-                    f"Agent {agent!r}: the env's observation space {env.observation_space(agent)} differs from the "
-                    f"model's {model_space}"
+                    f"Agent {agent!r}: the env's observation space {env_spaces[agent]} differs from the model's {model_space}"
                 )
 
     @classmethod
