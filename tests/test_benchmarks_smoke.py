@@ -239,3 +239,13 @@ def test_soak_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["baseline_mb"] > 0 and summary["final_mb"] > 0
     report = capsys.readouterr().out
     assert "rss_MB" in report and "restarts survived" in report and "resident memory after" in report
+
+
+def test_time_to_quality_mappo_row_trains_and_acts_on_own_observations() -> None:
+    ttq = load_benchmark("time_to_quality")
+    learner = ttq.build("mappo", "simple_speaker_listener_v4", 0, smoke=True)
+    learner.learn(400)  # 16 episodes of 25 steps on 2 copies: at least one update
+    assert len(learner.episodes()) == 16 and learner.model.policy_version >= 1
+    env = ttq.TASKS["simple_speaker_listener_v4"].make_env(max_cycles=25)
+    obs, _ = env.reset(seed=0)
+    assert all(env.action_space(agent).contains(learner.act(agent, obs[agent])) for agent in obs)
