@@ -287,3 +287,16 @@ def test_a_policy_that_is_not_a_central_critic_policy_is_refused() -> None:
 
     with pytest.raises(TypeError, match="CentralCriticPolicy"):
         MAPPO(ActorCriticPolicy, spread())
+
+
+def test_shared_parameters_share_one_critic_that_knows_whose_value_it_predicts() -> None:
+    model = make_mappo(share_parameters=True, critic_input="state", critic_agent_id=True)
+    assert model.policies["agent_0"] is model.policies["agent_2"]
+    model.learn(60)
+    assert model.policy_version >= 2
+    critic = np.zeros((1, 3 * OBS_SIZE + 3), np.float32)
+    values = []
+    for index in range(3):  # the same state, another agent's one-hot: another value
+        critic[0, -3:] = np.eye(3)[index]
+        values.append(policy_outputs(model, "agent_0", own_obs_batch(n=1)["agent_0"], critic.copy())[1].item())
+    assert len(set(values)) == 3
