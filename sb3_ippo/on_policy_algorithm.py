@@ -183,7 +183,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         """There is no single ``policy``: SB3 code that reads it gets an ``AttributeError`` that says where to look."""
         raise AttributeError(
             "IPPO has one policy per agent, not one model.policy: use model.policies[agent_id] "
-            f"(agents: {getattr(self, 'possible_agents', [])})"
+            f"(agents: {getattr(self, 'possible_agents', [])}). wandb's WandbCallback(gradient_save_freq=...) reads it: "
+            "use sb3_ippo.tracking.WandbCallback, which watches every agent's networks"
         )
 
     def _excluded_save_params(self) -> list[str]:

@@ -192,28 +192,82 @@ def test_learning_curve_has_a_panel_per_agent(tmp_path: pathlib.Path) -> None:
     assert (out / "learning_curve.png").stat().st_size > 0
 
 
-def test_per_agent_keys_go_to_the_csv_but_to_stdout_only_at_verbose_2(
+def test_default_output_is_one_summary_line_and_the_full_table_is_at_verbose_2(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    train(tmp_path / "quiet", "--verbose", "1")
+    train(tmp_path / "quiet", "--print-every", "0")
     quiet = capsys.readouterr().out
     with (tmp_path / "quiet" / "progress.csv").open() as file:
-        columns = next(csv.reader(file))
-    assert "train/agent_0/policy_loss" in columns and "rollout/agent_0/ep_rew_mean" in columns
-    assert "ep_rew_mean" in quiet and "agent_0/" not in quiet
+        rows = list(csv.DictReader(file))
+    # Every key of every update still goes to the CSV.
+    assert "train/agent_0/policy_loss" in rows[0] and "rollout/agent_0/ep_rew_mean" in rows[0]
+    summaries = [line for line in quiet.splitlines() if " env steps | " in line]
+    assert len(summaries) == len(rows) and "| rollout/" not in quiet and "agent_0" not in quiet.split("Saved")[0]
+    last = rows[-1]
+    assert summaries[-1].startswith(f"{int(last['time/total_timesteps'])}/100 env steps | team return ")
+    assert f"team return {float(last['rollout/ep_rew_mean']):.2f}" in summaries[-1]
+    assert f"policy_version {last['train/policy_version']}" in summaries[-1]
     train(tmp_path / "loud", "--verbose", "2")
-    assert "agent_0/policy_loss" in capsys.readouterr().out
+    loud = capsys.readouterr().out
+    assert "| rollout/" in loud and "agent_0/policy_loss" in loud and " env steps | " not in loud
 
 
-def test_stdout_prints_at_most_every_print_every_env_steps(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    train(tmp_path / "every", "--print-every", "0")
-    with (tmp_path / "every" / "progress.csv").open() as file:
-        rows = len(list(csv.DictReader(file)))
-    assert rows >= 4 and capsys.readouterr().out.count("| rollout/") == rows
+def test_stdout_prints_at_a_steady_interval_of_env_steps(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Dumps at 20, 40, 60, 80 and 100 env steps: the first, then the first at or after each multiple of 60.
     train(tmp_path / "rarely", "--print-every", "60")
-    assert capsys.readouterr().out.count("| rollout/") == 2  # at the first dump (20 steps), then 60 steps later
+    lines = [line.split("/")[0].strip() for line in capsys.readouterr().out.splitlines() if " env steps | " in line]
+    assert lines == ["20", "60"]
+    train(tmp_path / "table", "--print-every", "60", "--verbose", "2")
+    assert capsys.readouterr().out.count("| rollout/") == 2
     train(tmp_path / "silent", "--verbose", "0")
-    assert "| rollout/" not in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| rollout/" not in printed and " env steps | " not in printed
+
+
+def test_a_game_plots_the_win_rate_and_prints_no_team_return(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    from sb3_ippo.plotting import read_curves
+
+    out = tmp_path / "ttt"
+    main(
+        [
+            "train", "--env", "pettingzoo.classic.tictactoe_v3", "--timesteps", "200", "--n-envs", "2", "--out", str(out),
+            "--eval-episodes", "4", "--no-progress-bar", "--n-epochs", "1", "--policy-kwargs", "dict(net_arch=[8])",
+            "--n-eval-episodes", "2", "--print-every", "0", "--n-steps", "20",
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    # Without --eval-freq, a game is evaluated against a random player 10 times: the curve of its win rate.
+    curves = read_curves(out / "progress.csv", game=True)
+    assert list(curves) == ["team", "player_1", "player_2"] and len(curves["team"][0]) == 10
+    assert all(0.0 <= rate <= 1.0 for _, rates in curves.values() for rate in rates)
+    assert (out / "learning_curve.png").stat().st_size > 0
+    assert json.loads((out / "run.json").read_text())["logging"]["eval_freq"] == 20
+    assert "team return" not in printed and "win rate vs random " in printed
+    assert "Final evaluation: 4 games per seat against a uniformly random player, deterministic actions" in printed
+    assert "\n  win rate  " in printed and "\n  player_1  win " in printed
+
+
+def test_a_game_with_eval_freq_0_has_no_curve_and_says_why(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "ttt"
+    main(
+        [
+            "train", "--env", "pettingzoo.classic.tictactoe_v3", "--timesteps", "100", "--n-envs", "2", "--out", str(out),
+            "--eval-episodes", "0", "--no-progress-bar", "--n-epochs", "1", "--policy-kwargs", "dict(net_arch=[8])",
+            "--eval-freq", "0", "--n-steps", "20",
+        ]
+    )  # fmt: skip
+    assert "has no win rate (--eval-freq 0?)" in capsys.readouterr().out
+    assert not (out / "learning_curve.png").exists()
+
+
+def test_env_step_tick_labels_are_short() -> None:
+    from sb3_ippo.plotting import env_steps_label
+
+    assert [env_steps_label(x) for x in (0, 500, 25_000, 200_000, 1_500_000)] == ["0", "500", "25k", "200k", "1.5M"]
 
 
 def test_tensorboard_checkpoints_and_evaluation_during_training(tmp_path: pathlib.Path) -> None:
@@ -528,6 +582,24 @@ def test_evaluate_records_a_video(tmp_path: pathlib.Path, capsys: pytest.Capture
     reader = imageio.get_reader(video)
     assert reader.get_meta_data()["duration"] >= 2.0  # 21 frames (reset + 20 steps) at simple_spread's 10 fps
     reader.close()
+
+
+def test_a_relative_video_path_goes_into_the_run_folder(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("moviepy")
+    out = train(tmp_path / "run")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    main(["evaluate", str(out), "--episodes", "1", "--video", "spread.mp4"])
+    assert f"Saved the video of the 1 episodes to {out / 'spread.mp4'}" in capsys.readouterr().out
+    assert (out / "spread.mp4").stat().st_size > 0 and list(elsewhere.iterdir()) == []
+    checkpoint = out / "checkpoints" / "model_40_steps.zip"  # a checkpoint's run folder is the one above
+    checkpoint.parent.mkdir()
+    (out / "model.zip").rename(checkpoint)
+    main(["evaluate", str(checkpoint), "--episodes", "1", "--video", "videos/again.mp4"])
+    assert (out / "videos" / "again.mp4").stat().st_size > 0
 
 
 # --- value parsing --------------------------------------------------------------------------------------------------

@@ -649,7 +649,8 @@ def test_cli_trains_a_classic_game_with_its_defaults(tmp_path: pathlib.Path, cap
     model = IPPO.load(out / "model.zip")
     assert model.share_parameters is True
     printed = list(iter_lines(capsys.readouterr().out))
-    assert any(line.strip().startswith("player_1 against a random player: win") for line in printed)
+    assert "Final evaluation: 4 games per seat against a uniformly random player, deterministic actions" in printed
+    assert any(line.strip().startswith("player_1  win ") for line in printed)
 
 
 def test_cli_evaluate_of_a_game_gives_the_same_results_run_after_run(
@@ -669,7 +670,7 @@ def test_cli_evaluate_of_a_game_gives_the_same_results_run_after_run(
     for _ in range(2):  # the random opponent and the sampled actions follow --seed
         main(["evaluate", str(out), "--episodes", "20", "--stochastic"])
         outputs.append(capsys.readouterr().out)
-    assert "against a random player" in outputs[0] and outputs[0] == outputs[1]
+    assert "against a uniformly random player" in outputs[0] and outputs[0] == outputs[1]
 
 
 def test_cli_eval_freq_on_a_game_scores_by_the_win_rate(tmp_path: pathlib.Path) -> None:

@@ -36,13 +36,17 @@ def print_evaluation(result: AgentEvaluation, heading: str) -> None:
         print(f"  {agent!s:<{width}}  {agent_mean:9.2f} +/- {agent_std:.2f}")
 
 
-def print_game_results(model: IPPO, env: Any, n_games: int, deterministic: bool = True) -> None:
-    """A game's results (a turn-based env, whose team return says nothing): each seat's win, draw and loss rates
-    against a uniformly random player."""
+def print_game_results(model: IPPO, env: Any, n_games: int, heading: str, deterministic: bool = True) -> None:
+    """A game's results (a turn-based env, whose team return is 0 whoever wins, so it is not printed): each seat's
+    win, draw and loss rates against a uniformly random player, and the win rate over the seats."""
     records = evaluate_policy(model, env, n_eval_episodes=n_games, deterministic=deterministic, opponent="random")
     assert isinstance(records, dict)
+    kind = "deterministic" if deterministic else "stochastic (sampled)"
+    print(f"{heading}: {n_games} games per seat against a uniformly random player, {kind} actions")
+    width = max([len("win rate"), *(len(str(seat)) for seat in records)])
+    print(f"  {'win rate':<{width}}  {np.mean([record.win_rate for record in records.values()]):.1%} (mean over the seats)")
     for seat, record in records.items():
-        print(f"  {seat} against a random player: {record}")
+        print(f"  {seat!s:<{width}}  {record}")
 
 
 def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.Path:
@@ -132,15 +136,31 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
     if args.video is None:
         with contextlib.closing(env):
             result = evaluate_agents(model, env, n_eval_episodes=args.episodes, deterministic=deterministic)
-            print_evaluation(result, heading)
             if is_turn_based_vec_env(env):
-                print_game_results(model, env, args.episodes, deterministic)
+                print_game_results(model, env, args.episodes, heading, deterministic)
+            else:
+                print_evaluation(result, heading)
+        return result
+    video = video_path(args.video, model_path)
+    game = is_turn_based_vec_env(env)
+    result = _evaluate_on_video(model, env, video, args.episodes, deterministic)
+    if game:
+        print(f"{heading}: {result.n_episodes} games of the model against itself, "
+              f"{'deterministic' if deterministic else 'stochastic (sampled)'} actions")
     else:
-        result = _evaluate_on_video(model, env, args.video, args.episodes, deterministic)
         print_evaluation(result, heading)
-    if args.video is not None:
-        print(f"Saved the video of the {result.n_episodes} episodes to {args.video}")
+    print(f"Saved the video of the {result.n_episodes} episodes to {video}")
     return result
+
+
+def video_path(video: pathlib.Path, model_path: pathlib.Path) -> pathlib.Path:
+    """Where ``--video`` writes: an absolute path as given; a relative one inside the run folder of the model (the
+    folder of the model, or the run folder above its ``checkpoints/``), beside model.zip and run.json, as rl-zoo
+    records a run's videos in its log folder, not in the current folder."""
+    if video.is_absolute():
+        return video
+    folder = model_path.parent.parent if model_path.parent.name == CHECKPOINT_FOLDER else model_path.parent
+    return folder / video
 
 
 def _evaluate_on_video(model: IPPO, env: Any, video: pathlib.Path, episodes: int, deterministic: bool) -> AgentEvaluation:

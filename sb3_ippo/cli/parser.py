@@ -15,6 +15,8 @@ from sb3_ippo.cli.settings import (
     ALGORITHMS,
     DEFAULT_ENV,
     DEFAULT_ENV_KWARGS,
+    GAME_EVAL_EPISODES,
+    GAME_EVALUATIONS,
     MODEL_FILE,
     PRINT_EVERY,
     RUN_FILE,
@@ -74,8 +76,8 @@ hyperparameter file (YAML), one section per env id (the full module name or its 
     learning_rate: lin_1e-3
     policy_kwargs: "dict(net_arch=[64, 64])"
 
-logging: every update writes a row to progress.csv (and TensorBoard with --tensorboard-log); the table on stdout
-is printed at most every --print-every env steps, without per-agent keys unless --verbose 2.
+logging: every update writes a row with every key to progress.csv (and TensorBoard with --tensorboard-log); stdout
+shows a progress bar and, every --print-every env steps, one summary line (SB3's full table with --verbose 2).
 """
 
 
@@ -164,7 +166,8 @@ def build_parser() -> Parsers:
         type=int,
         choices=[0, 1, 2],
         default=1,
-        help="0: no table on stdout; 1: the table; 2: the table with per-agent keys (default: 1)",
+        help="0: nothing on stdout while training; 1: a summary line every --print-every env steps; 2: SB3's full "
+        "table (per-agent keys included) instead (default: 1). progress.csv and TensorBoard get every key anyway",
     )
     train.add_argument(
         "--out",
@@ -190,7 +193,8 @@ def build_parser() -> Parsers:
         type=non_negative_int,
         default=PRINT_EVERY,
         metavar="ENV_STEPS",
-        help=f"print the table on stdout at most every this many env steps; 0: at every log (default: {PRINT_EVERY})",
+        help="print the summary line (the table at --verbose 2) on stdout at the first log at or after every multiple "
+        f"of this many env steps; 0: at every log (default: {PRINT_EVERY})",
     )
     train.add_argument(
         "--tensorboard-log",
@@ -198,6 +202,14 @@ def build_parser() -> Parsers:
         default=None,
         metavar="DIR",
         help="also log to TensorBoard in DIR/IPPO_<n> (or MAPPO_<n>)",
+    )
+    train.add_argument(
+        "--wandb-project",
+        default=None,
+        metavar="PROJECT",
+        help="track the run with Weights & Biases in PROJECT (needs wandb: pip install 'sb3_ippo[wandb]'): every "
+        "logger key through TensorBoard (in --tensorboard-log, else OUT/tensorboard), run.json as the config, and the "
+        "model and logs uploaded at the end; WANDB_MODE=offline keeps the run in OUT/wandb (wandb sync uploads it)",
     )
     train.add_argument(
         "--checkpoint-freq",
@@ -209,13 +221,17 @@ def build_parser() -> Parsers:
     train.add_argument(
         "--eval-freq",
         type=non_negative_int,
-        default=0,
+        default=None,
         metavar="ENV_STEPS",
-        help="evaluate on a separate env every this many env steps, log eval/mean_reward and keep "
-        "OUT/best_model.zip; 0: never (default: 0)",
+        help="evaluate on a separate env every this many env steps, log eval/mean_reward (for a game: eval/win_rate "
+        "against a random player) and keep OUT/best_model.zip; 0: never (default: never, except for a game: "
+        f"{GAME_EVALUATIONS} times in the run, for its learning curve of the win rate)",
     )
     train.add_argument(
-        "--n-eval-episodes", type=positive_int, default=5, help="episodes of each --eval-freq evaluation (default: 5)"
+        "--n-eval-episodes",
+        type=positive_int,
+        default=None,
+        help=f"episodes of each --eval-freq evaluation (default: 5; for a game {GAME_EVAL_EPISODES} games per seat)",
     )
     train.add_argument(
         "--eval-episodes", type=non_negative_int, default=50, help="episodes of the final evaluation; 0: none (default: 50)"
@@ -255,7 +271,9 @@ def build_parser() -> Parsers:
         type=pathlib.Path,
         default=None,
         metavar="OUT.mp4",
-        help="record the evaluation episodes into a video (needs moviepy: pip install moviepy)",
+        help="record the evaluation episodes into a video (needs moviepy: pip install moviepy). A relative path is "
+        "inside the model's run folder (e.g. runs/ippo_simple_spread_v3/OUT.mp4), as rl-zoo keeps a run's videos in its "
+        "log folder; an absolute path (e.g. $PWD/OUT.mp4) is used as given",
     )
     return Parsers(main, train, evaluate)
 

@@ -5,9 +5,9 @@ settings of the env (``sb3_ippo/hyperparams/ippo.yml``) > defaults. ``TrainSetti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 import sb3_ippo
@@ -22,12 +22,16 @@ MODEL_FILE = "model.zip"
 CHECKPOINT_FOLDER = "checkpoints"  # where train --checkpoint-freq writes, inside --out
 # Defaults of the train options that a hyperparameter file may also set (the command line wins over the file).
 TRAIN_DEFAULTS: dict[str, Any] = {"timesteps": 200_000, "n_envs": 8, "vec_env": "dummy", "policy": "MlpPolicy"}
-PRINT_EVERY = 5_000
+PRINT_EVERY = 10_000  # env steps between two lines on stdout: 20 lines for the default 200,000
+# A game's team return is 0 whoever wins: without --eval-freq, train measures the win rate against a random player
+# this many times in a run (the learning curve's points), with this many games per seat each time.
+GAME_EVALUATIONS = 10
+GAME_EVAL_EPISODES = 20
 # The algorithms `train --algo` offers, by their command-line name: the class's module and name.
 ALGORITHMS: dict[str, tuple[str, str]] = {"ippo": ("sb3_ippo.ippo", "IPPO"), "mappo": ("sb3_ippo.mappo", "MAPPO")}
 
 
-@dataclass
+@dataclasses.dataclass
 class TrainSettings:
     """Everything a training run depends on; run.json holds it, and :meth:`argv` re-runs it."""
 
@@ -47,10 +51,11 @@ class TrainSettings:
     print_every: int
     tensorboard_log: str | None
     checkpoint_freq: int
-    eval_freq: int
-    n_eval_episodes: int
+    eval_freq: int | None  # None until the env is known: see with_game_defaults
+    n_eval_episodes: int | None
     eval_episodes: int
     out: str
+    wandb_project: str | None = None
     algo: str = "ippo"
     critic_input: str | None = None  # --algo mappo: "state" or "joint_obs"
 
@@ -58,6 +63,18 @@ class TrainSettings:
     def algorithm_name(self) -> str:
         """The class name of the algorithm: IPPO or MAPPO."""
         return ALGORITHMS[self.algo][1]
+
+    def with_game_defaults(self, game: bool) -> TrainSettings:
+        """The settings with ``--eval-freq`` and ``--n-eval-episodes`` resolved where not given: for a game
+        (turn-based env), GAME_EVALUATIONS win-rate evaluations of GAME_EVAL_EPISODES games per seat; else none, and
+        5 episodes."""
+        eval_freq = self.eval_freq
+        if eval_freq is None:
+            eval_freq = max(self.timesteps // GAME_EVALUATIONS, 1) if game else 0
+        n_eval_episodes = self.n_eval_episodes
+        if n_eval_episodes is None:
+            n_eval_episodes = GAME_EVAL_EPISODES if game else 5
+        return dataclasses.replace(self, eval_freq=eval_freq, n_eval_episodes=n_eval_episodes)
 
     def argv(self) -> list[str]:
         """The ``train`` arguments that reproduce this run: every setting explicit (no hyperparameter file, every
@@ -84,6 +101,7 @@ class TrainSettings:
             "eval_freq": self.eval_freq,
             "n_eval_episodes": self.n_eval_episodes,
             "eval_episodes": self.eval_episodes,
+            "wandb_project": self.wandb_project,
             **self.hyperparameters,
         }
         for name, value in options.items():
@@ -120,6 +138,7 @@ class TrainSettings:
                 "eval_freq": self.eval_freq,
                 "n_eval_episodes": self.n_eval_episodes,
                 "eval_episodes": self.eval_episodes,
+                "wandb_project": self.wandb_project,
             },
         }
 
@@ -187,6 +206,7 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         eval_freq=args.eval_freq,
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
+        wandb_project=args.wandb_project,
         out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"{algo}_{env_id.split('.')[-1]}")),
         algo=algo,
         critic_input=critic_input,

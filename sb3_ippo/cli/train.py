@@ -1,23 +1,22 @@
-"""``python -m sb3_ippo train``: build the env and the model from the settings, train with the SB3 logger (a
-throttled table on stdout, a CSV row per update, TensorBoard), save the model, run.json and the learning curve,
-then evaluate."""
+"""``python -m sb3_ippo train``: build the env and the model from the settings, train with the SB3 logger (a summary
+line or the table on stdout at a steady interval, a CSV row per update, TensorBoard: ``sb3_ippo.cli.output``), save
+the model, run.json and the learning curve, then evaluate."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
-import os
 import pathlib
-import sys
 import zipfile
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.logger import CSVOutputFormat, HumanOutputFormat, KVWriter, Logger, TensorBoardOutputFormat
 
 from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
+from sb3_ippo.cli.output import make_logger
 from sb3_ippo.cli.settings import ALGORITHMS, CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
 from sb3_ippo.cli.values import env_error, installed
 from sb3_ippo.env_factory import EnvFactory
@@ -27,36 +26,6 @@ from sb3_ippo.hyperparams.text import schedule
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
-
-
-class ThrottledHumanOutputFormat(HumanOutputFormat):
-    """SB3's stdout table, printed at most every ``every`` env steps (the CSV and TensorBoard get every dump)."""
-
-    def __init__(self, every: int) -> None:
-        super().__init__(sys.stdout)
-        self.every = every
-        self.last_step: int | None = None
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0) -> None:
-        if self.last_step is not None and step - self.last_step < self.every:
-            return
-        self.last_step = step
-        super().write(key_values, key_excluded, step)
-
-
-def make_logger(settings: TrainSettings) -> Logger:
-    """SB3 logger: the throttled table on stdout, progress.csv in --out, TensorBoard under --tensorboard-log."""
-    out = pathlib.Path(settings.out)
-    formats: list[KVWriter] = [CSVOutputFormat(str(out / "progress.csv"))]
-    if settings.verbose >= 1:
-        formats.insert(0, ThrottledHumanOutputFormat(settings.print_every))
-    if settings.tensorboard_log is not None:
-        from stable_baselines3.common.utils import get_latest_run_id
-
-        name = settings.algorithm_name
-        run_id = get_latest_run_id(settings.tensorboard_log, name) + 1
-        formats.append(TensorBoardOutputFormat(os.path.join(settings.tensorboard_log, f"{name}_{run_id}")))
-    return Logger(folder=str(out), output_formats=formats)
 
 
 PROBE_STEPS = 10_000  # longer episodes are not measured: the --log-interval check is skipped
@@ -142,6 +111,7 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
                 verbose=int(settings.verbose >= 2),
             )
         )
+    assert settings.eval_freq is not None and settings.n_eval_episodes is not None  # with_game_defaults
     if settings.eval_freq > 0:
         eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
         envs.append(eval_env)
@@ -152,7 +122,7 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
                 eval_freq=max(settings.eval_freq // settings.n_envs, 1),
                 best_model_save_path=str(out),
                 log_path=str(out / "eval"),
-                verbose=settings.verbose,
+                verbose=int(settings.verbose >= 2),  # its lines at verbose 1 would double the summary line's
                 warn=False,
                 # A game's team return is 0 whoever wins: score by the win rate against a random player instead.
                 opponent="random" if is_turn_based_vec_env(eval_env) else None,
@@ -197,11 +167,11 @@ def _record_env_in_zip(model_path: pathlib.Path, settings: TrainSettings) -> Non
         archive.writestr(RUN_FILE, json.dumps(settings.to_json(), indent=2))
 
 
-def _plot(out: pathlib.Path, title: str) -> None:
+def _plot(out: pathlib.Path, title: str, game: bool) -> None:
     from sb3_ippo.plotting import plot_learning_curve
 
     try:
-        written = plot_learning_curve(out / "progress.csv", out / "learning_curve.png", title)
+        written = plot_learning_curve(out / "progress.csv", out / "learning_curve.png", title, game=game)
     except ImportError:
         print(
             "No learning curve: matplotlib is not installed (pip install matplotlib, or pip install 'sb3_ippo[extra]'); "
@@ -211,7 +181,8 @@ def _plot(out: pathlib.Path, title: str) -> None:
     if written:
         print(f"Saved the learning curve to {out / 'learning_curve.png'}")
     else:
-        print(f"No learning curve: {out / 'progress.csv'} has no episode return (no log row was written: see above)")
+        what = "win rate (--eval-freq 0?)" if game else "episode return (no log row was written: see above)"
+        print(f"No learning curve: {out / 'progress.csv'} has no {what}")
 
 
 def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.Path:
@@ -225,6 +196,11 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         parser.error(f"argument --env: {error}")
     if settings.tensorboard_log is not None and not installed("tensorboard"):
         parser.error("argument --tensorboard-log: TensorBoard is not installed: pip install tensorboard")
+    if settings.wandb_project is not None and not (installed("wandb") and installed("tensorboard")):
+        parser.error(
+            "argument --wandb-project: Weights & Biases tracking needs wandb and tensorboard: pip install wandb "
+            "tensorboard (or pip install 'sb3_ippo[wandb]')"
+        )
     out = pathlib.Path(settings.out)
     if out.exists() and not out.is_dir():
         parser.error(f"argument --out: {out} is a file, not a folder")
@@ -241,8 +217,14 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     th.set_num_threads(settings.threads)
     _check_log_interval(env_factory, settings, parser)
     model = _build(settings, env_factory, parser)
+    game = is_turn_based_vec_env(model.env)
+    settings = settings.with_game_defaults(game)
+    if settings.wandb_project is not None and settings.tensorboard_log is None:
+        # wandb reads the metrics from the TensorBoard events (sync_tensorboard), as in its SB3 integration.
+        settings = dataclasses.replace(settings, tensorboard_log=str(out / "tensorboard"))
     out.mkdir(parents=True, exist_ok=True)
-    model.set_logger(make_logger(settings))
+    wandb_run = _start_wandb(settings) if settings.wandb_project is not None else None
+    model.set_logger(make_logger(settings, game))  # after wandb.init, which patches TensorBoard's writer
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
     wrappers = f" with wrappers {' '.join(map(str, settings.wrappers))}" if settings.wrappers else ""
     print(
@@ -250,6 +232,10 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         f"env steps; output in {out}/"
     )
     callbacks, extra_envs = _callbacks(settings, env_factory)
+    if wandb_run is not None:
+        from sb3_ippo.tracking import WandbCallback
+
+        callbacks.append(WandbCallback())  # the model's hyperparameters into the run's config
     try:
         model.learn(
             settings.timesteps,
@@ -265,13 +251,46 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     model.save(model_path)
     _record_env_in_zip(model_path, settings)
     print(f"Saved the model to {model_path} and the log to {out / 'progress.csv'}")
-    _plot(out, f"{settings.algorithm_name} on {settings.env}")
+    _plot(out, f"{settings.algorithm_name} on {settings.env}", game)
     if settings.eval_episodes > 0:
         eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
         with contextlib.closing(eval_env):
-            print_evaluation(evaluate_agents(model, eval_env, n_eval_episodes=settings.eval_episodes), "Final evaluation")
-            if is_turn_based_vec_env(eval_env):
-                print_game_results(model, eval_env, settings.eval_episodes)
+            if game:
+                print_game_results(model, eval_env, settings.eval_episodes, heading="Final evaluation")
+            else:
+                result = evaluate_agents(model, eval_env, n_eval_episodes=settings.eval_episodes)
+                print_evaluation(result, "Final evaluation")
     assert model.env is not None
     model.env.close()
+    if wandb_run is not None:
+        _finish_wandb(wandb_run, out)
     return model_path
+
+
+def _start_wandb(settings: TrainSettings) -> Any:
+    """A Weights & Biases run in ``--wandb-project``, named after the run folder, with run.json as its config; it
+    syncs the TensorBoard events, so it gets every logger key (WANDB_MODE=offline keeps it on disk)."""
+    import wandb
+
+    out = pathlib.Path(settings.out)
+    return wandb.init(
+        project=settings.wandb_project,
+        name=out.name,
+        dir=str(out),
+        config=settings.to_json(),
+        sync_tensorboard=True,
+        job_type="train",
+    )
+
+
+def _finish_wandb(run: Any, out: pathlib.Path) -> None:
+    """Upload the run's files (the model, run.json, progress.csv, the learning curve) and close the run."""
+    for name in (MODEL_FILE, RUN_FILE, "progress.csv", "learning_curve.png"):
+        if (out / name).is_file():
+            run.save(str(out / name), base_path=str(out), policy="now")
+    run.finish()
+    import wandb
+
+    # sync_tensorboard patched TensorBoard's writer for this run's folder: a later run in this process patches anew.
+    wandb.tensorboard.unpatch()  # type: ignore[attr-defined]
+    print(f"Logged to Weights & Biases: project {run.project}, run {run.name} ({out / 'wandb'})")

@@ -101,7 +101,8 @@ class MultiAgentVecEnv(VecEnv):
     one more failure than ``max_restarts`` raises. A rebuilt copy is a fresh ``env_fn()``: attributes changed with
     ``set_attr`` are not carried over.
 
-    :param max_episode_steps: Truncate every copy's episode after this many steps (None: the env decides).
+    ``max_episode_steps`` (an attribute, settable): truncate every copy's episode after this many steps (None: the env
+    decides).
     """
 
     possible_agents: list[AgentID]
