@@ -12,6 +12,9 @@ The algorithms (``--algos``):
   a machine with a second CPU core); for screens, any IPPO variant of the learning comparison
   (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g. ``ippo_async_e20``, or ``ippo_e80_sync``: the defaults
   before issue 22).
+- ``mappo``: MAPPO (``sb3_ippo.MAPPO``) at IPPO's defaults with ``critic_input="state"`` (the env's ``state()``):
+  the same actors, a centralized critic (``docs/algorithm.md``, "IPPO or MAPPO"). Not run where the policy is not
+  an MLP (pistonball). ``--ippo-timesteps`` applies to it as to the IPPO rows.
 - ``peer``: SB3 ``PPO`` + SuperSuit parameter sharing (``benchmarks/common.py``), configured as in the learning
   comparison (``benchmarks/learning.py``): SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry and
   ``batch_size=256``; 64x64 MLPs (SB3's own default) or SB3's untouched CnnPolicy.
@@ -104,11 +107,11 @@ import cross_play
 import learning
 from throughput import SkrlIPPO
 
-from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo import IPPO, MAPPO, make_vec_env
 
 # IPPO's rows: its defaults ("ippo") and the variants of the learning comparison (benchmarks/learning.py), for screens.
 IPPO_ALGOS = tuple(learning.IPPO_VARIANTS)
-ALGOS = (*IPPO_ALGOS, "peer", "peer_sb3_defaults", "skrl")
+ALGOS = (*IPPO_ALGOS, "mappo", "peer", "peer_sb3_defaults", "skrl")
 DEFAULT_ALGOS = ("ippo", "peer", "peer_sb3_defaults", "skrl")
 # The learning comparison's peer (benchmarks/learning.py: --peer-n-steps 256, --peer-batch-size 256); the rest SB3's.
 PEER_SETTINGS: dict[str, dict[str, Any]] = {
@@ -120,12 +123,14 @@ SKRL_N_EPOCHS, SKRL_BATCH_SIZE = 10, 256
 LABELS = {
     **{algo: learning.LABELS[algo] for algo in IPPO_ALGOS},
     "ippo": "IPPO (sb3_ippo defaults)",
+    "mappo": "MAPPO (sb3_ippo, IPPO's defaults, critic_input='state')",
     "peer": "SB3 PPO + SuperSuit (n_steps 256/entry, batch 256)",
     "peer_sb3_defaults": "SB3 PPO + SuperSuit (SB3 defaults: n_steps 2048, batch 64)",
     "skrl": "skrl IPPO (1 copy, rollouts 256 x n_envs, 10 epochs, batch 256)",
 }
 COLORS = {
     **{algo: learning.COLORS[algo] for algo in IPPO_ALGOS},
+    "mappo": "tab:purple",
     "peer": "tab:orange",
     "peer_sb3_defaults": "tab:red",
     "skrl": "tab:green",
@@ -136,7 +141,7 @@ SMOKE_PEER = {"n_steps": 25, "batch_size": 50}
 
 def label(algo: str, smoke: bool) -> str:
     """The configuration named beside every figure (``--smoke`` shrinks the peer's and skrl's rollouts)."""
-    if smoke and algo not in IPPO_ALGOS:
+    if smoke and algo not in (*IPPO_ALGOS, "mappo"):
         return f"{LABELS[algo]}; --smoke: n_steps {SMOKE_PEER['n_steps']}/entry, batch {SMOKE_PEER['batch_size']}"
     return LABELS[algo]
 
@@ -262,6 +267,14 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
         recorder = common.EpisodeRecorder(agents, peer=False)
         return Learner(lambda steps: model.learn(steps, callback=recorder), lambda: recorder.episodes,
                        lambda agent, obs: model.predict({agent: obs}, deterministic=True)[0][agent], model)
+    if algo == "mappo":
+        if task.policy != "MlpPolicy":
+            raise ValueError(f"MAPPO is not run on {task_name}: its critic input is built from vector observations")
+        env = make_vec_env(task.make_env, n_envs=n_envs, seed=seed, env_kwargs=kwargs, critic_input="state")
+        mappo = MAPPO(task.policy, env, critic_input="state", seed=seed, device="cpu")
+        recorder = common.EpisodeRecorder(agents, peer=False)
+        return Learner(lambda steps: mappo.learn(steps, callback=recorder), lambda: recorder.episodes,
+                       lambda agent, obs: mappo.predict({agent: obs}, deterministic=True)[0][agent], mappo)
     if algo.startswith("peer"):
         vec_env = common.peer_vec_env(task.make_env(**kwargs), n_envs, seed)
         settings = SMOKE_PEER if smoke else PEER_SETTINGS[algo]
@@ -630,7 +643,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             # The peer first: its time is the reference of the equal-time figure.
             for algo in sorted(algos, key=lambda a: a != "peer"):
-                budget = args.ippo_timesteps if algo in IPPO_ALGOS and args.ippo_timesteps else timesteps
+                ours = algo in IPPO_ALGOS or algo == "mappo"
+                budget = args.ippo_timesteps if ours and args.ippo_timesteps else timesteps
                 results.append(run_one(algo, task_name, seed, budget, args))
     rows = summarize(results, args)
     args.out.mkdir(parents=True, exist_ok=True)

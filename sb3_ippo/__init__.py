@@ -13,13 +13,23 @@ if TYPE_CHECKING:
     from sb3_ippo.evaluation import MultiAgentEvalCallback, evaluate_policy
     from sb3_ippo.hyperparams import tuned_hyperparameters
     from sb3_ippo.ippo import IPPO
+    from sb3_ippo.mappo import MAPPO
     from sb3_ippo.vec_env import MultiAgentVecEnv, make_vec_env
 
-__all__ = ["IPPO", "MultiAgentEvalCallback", "MultiAgentVecEnv", "evaluate_policy", "make_vec_env", "tuned_hyperparameters"]
+__all__ = [
+    "IPPO",
+    "MAPPO",
+    "MultiAgentEvalCallback",
+    "MultiAgentVecEnv",
+    "evaluate_policy",
+    "make_vec_env",
+    "tuned_hyperparameters",
+]
 __version__ = "0.1.0"
 
 _MODULES = {
     "IPPO": "sb3_ippo.ippo",
+    "MAPPO": "sb3_ippo.mappo",
     "MultiAgentEvalCallback": "sb3_ippo.evaluation",
     "evaluate_policy": "sb3_ippo.evaluation",
     "MultiAgentVecEnv": "sb3_ippo.vec_env",

@@ -18,8 +18,9 @@ from pettingzoo.classic import tictactoe_v3
 from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
 
-from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo import IPPO, MAPPO, make_vec_env
 from sb3_ippo.buffer import Trajectory, stack_obs
+from sb3_ippo.critic_input import has_critic_input
 from sb3_ippo.ippo.ippo import default_update_settings
 from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.vec_env import MultiAgentVecEnv
@@ -47,10 +48,21 @@ TRAJECTORY_LENGTHS = {"agent_0": 2, "agent_1": 4, "agent_2": 6}
 EPISODE_LENGTH = 6
 
 
-def make_model(env: Any = None, **kwargs: Any) -> IPPO:
+# The algorithms that share IPPO's contract; MAPPO's critic sees the joint observation (the test envs have no state).
+ALGORITHMS = [IPPO, MAPPO]
+
+
+def make_model(env: Any = None, algo: type[IPPO] = IPPO, **kwargs: Any) -> IPPO:
     params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
+    if algo is MAPPO:
+        params["critic_input"] = "joint_obs"
     params.update(kwargs)
-    return IPPO("MlpPolicy", env if env is not None else DyingAgentsEnv(), **params)
+    return algo("MlpPolicy", env if env is not None else DyingAgentsEnv(), **params)
+
+
+def make_algo_vec_env(algo: type[IPPO], env_fn: Callable[..., Any], **kwargs: Any) -> MultiAgentVecEnv:
+    """``make_vec_env(env_fn, **kwargs)``, with the critic input of :func:`make_model`'s MAPPO when ``algo`` is MAPPO."""
+    return make_vec_env(env_fn, critic_input="joint_obs" if algo is MAPPO else None, **kwargs)
 
 
 class RecordingOutput(KVWriter):
@@ -103,6 +115,8 @@ def observation_batch(model: IPPO, n: int = 16, seed: int = 0) -> dict[str, Any]
     batch = {}
     for offset, agent in enumerate(model.possible_agents):
         space = model.observation_spaces[agent]
+        if has_critic_input(space):  # MAPPO: what the agent observes, without the critic's input
+            space = space["obs"]  # type: ignore[index]
         space.seed(seed + offset)
         batch[agent] = np.stack([space.sample() for _ in range(n)])
     return batch

@@ -247,3 +247,26 @@ def test_recurrent_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     printed = capsys.readouterr().out
     assert "ippo_lstm" in printed and "recurrent_ppo_supersuit" in printed
     assert (tmp_path / "speed.txt").exists() and (tmp_path / "learning_seeds0-0.txt").exists()
+
+
+def test_time_to_quality_mappo_row_trains_and_acts_on_own_observations() -> None:
+    ttq = load_benchmark("time_to_quality")
+    learner = ttq.build("mappo", "simple_speaker_listener_v4", 0, smoke=True)
+    learner.learn(400)  # 16 episodes of 25 steps on 2 copies: at least one update
+    assert len(learner.episodes()) == 16 and learner.model.policy_version >= 1
+    env = ttq.TASKS["simple_speaker_listener_v4"].make_env(max_cycles=25)
+    obs, _ = env.reset(seed=0)
+    assert all(env.action_space(agent).contains(learner.act(agent, obs[agent])) for agent in obs)
+
+
+def test_mappo_vs_ippo_reads_windows_of_recorded_runs(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for algo, offset in (("ippo", 0.0), ("mappo", 1.0)):
+        lines = ["algo,task,seed,episode,env_steps,wall_seconds,episode_return"]
+        lines += [f"{algo},simple_spread_v3,0,{i},{25 * (i + 1)},0.1,{-i + offset}" for i in range(40)]
+        (runs / f"simple_spread_v3_{algo}_seed0.csv").write_text("\n".join(lines) + "\n")
+    argv = [str(tmp_path), "--budget", "1000", "--points", "2", "--algos", "ippo", "mappo"]
+    text = load_benchmark("mappo_vs_ippo").main(argv)
+    # (900, 1000]: the episodes ending at 925, 950, 975, 1000 (i = 36..39): mean -37.5 for IPPO, -36.5 for MAPPO.
+    assert "-37.50" in text and "-36.50" in text and "seeds: ippo 0; mappo 0" in text

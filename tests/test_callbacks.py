@@ -25,17 +25,24 @@ from stable_baselines3.common.logger import Logger
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from tests.envs import DyingAgentsEnv
-from tests.helpers import RecordingOutput
+from tests.helpers import ALGORITHMS, RecordingOutput, make_algo_vec_env
+from tests.helpers import make_model as make_algo_model
 
 N_ENVS = 2
 EPISODE_LENGTH = 6
 BEST_TEAM_RETURN = 2 + 4 + 6
 
 
-def make_model(n_envs: int = N_ENVS, **kwargs: Any) -> IPPO:
+def make_model(n_envs: int = N_ENVS, algo: type[IPPO] = IPPO, **kwargs: Any) -> IPPO:
     params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
     params.update(kwargs)
-    return IPPO("MlpPolicy", make_vec_env(DyingAgentsEnv, n_envs=n_envs, seed=0), **params)
+    return make_algo_model(make_algo_vec_env(algo, DyingAgentsEnv, n_envs=n_envs, seed=0), algo, **params)
+
+
+@pytest.fixture(params=ALGORITHMS, ids=lambda algo: algo.__name__)
+def algo(request: pytest.FixtureRequest) -> type[IPPO]:
+    """IPPO, and MAPPO, which shares its contract (with the joint observation as its critic's input)."""
+    return request.param
 
 
 class Recorder(BaseCallback):
@@ -148,8 +155,8 @@ def test_locals_rewards_are_each_copys_team_reward(recorded: tuple[IPPO, Recorde
     assert n_episodes == 4 * N_ENVS
 
 
-def test_a_callback_returning_false_stops_training() -> None:
-    model = make_model()
+def test_a_callback_returning_false_stops_training(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     recorder = Recorder(stop_after=5)
     model.learn(1000, callback=recorder)
     assert recorder.n_calls == 5
@@ -157,11 +164,11 @@ def test_a_callback_returning_false_stops_training() -> None:
     assert recorder.events[-1] == "training_end"
 
 
-def test_checkpoint_callback_saves_loadable_models(tmp_path: pathlib.Path) -> None:
-    model = make_model()
+def test_checkpoint_callback_saves_loadable_models(tmp_path: pathlib.Path, algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     model.learn(36, callback=CheckpointCallback(save_freq=6, save_path=str(tmp_path), name_prefix="ippo"))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ippo_12_steps.zip", "ippo_24_steps.zip", "ippo_36_steps.zip"]
-    checkpoint = IPPO.load(tmp_path / "ippo_24_steps.zip")
+    checkpoint = algo.load(tmp_path / "ippo_24_steps.zip")
     assert checkpoint.num_timesteps == 24
     assert checkpoint.possible_agents == model.possible_agents
 
@@ -195,15 +202,15 @@ def test_a_list_of_callbacks_is_a_callback_list() -> None:
     assert first.n_calls == second.n_calls == 3
 
 
-def test_every_n_timesteps_triggers_its_callback_every_n_timesteps() -> None:
-    model = make_model()
+def test_every_n_timesteps_triggers_its_callback_every_n_timesteps(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     triggered = Recorder()
     model.learn(40, callback=EveryNTimesteps(n_steps=10, callback=triggered))
     assert triggered.step_timesteps == [10, 20, 30, 40]
 
 
-def test_stop_training_on_max_episodes_counts_the_episodes_of_every_copy() -> None:
-    model = make_model()
+def test_stop_training_on_max_episodes_counts_the_episodes_of_every_copy(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     model.learn(1000, callback=StopTrainingOnMaxEpisodes(max_episodes=3))
     # SB3's convention: max_episodes per copy.
     assert model.num_timesteps == 3 * EPISODE_LENGTH * N_ENVS
@@ -243,8 +250,8 @@ def test_evaluate_policy_returns_each_episodes_team_return_and_length() -> None:
     assert list(lengths) == [EPISODE_LENGTH] * 5
 
 
-def test_evaluate_policy_runs_an_ippo_model() -> None:
-    model = make_model()
+def test_evaluate_policy_runs_an_ippo_model(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     returns, lengths = evaluate_policy(model, DyingAgentsEnv(), n_eval_episodes=4, return_episode_rewards=True)
     assert len(returns) == len(lengths) == 4
     assert all(0 <= team_return <= BEST_TEAM_RETURN for team_return in returns)
@@ -252,17 +259,25 @@ def test_evaluate_policy_runs_an_ippo_model() -> None:
     assert mean == pytest.approx(np.mean(returns)) and std == pytest.approx(np.std(returns))
 
 
-def test_evaluate_policy_leaves_the_observation_statistics_frozen() -> None:
-    model = make_model(normalize_obs=True)
+def test_evaluate_policy_leaves_the_observation_statistics_frozen(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo, normalize_obs=True)
     model.learn(12)
     assert model.obs_normalizers is not None
-    counts = {agent: normalizer.obs_rms.count for agent, normalizer in model.obs_normalizers.items()}
+
+    def counts() -> dict[str, Any]:  # MAPPO keeps statistics of the own observation and of the critic input
+        assert model.obs_normalizers is not None
+        return {
+            agent: {key: rms.count for key, rms in rms_of.items()} if isinstance(rms_of, dict) else rms_of.count  # type: ignore[union-attr]
+            for agent, rms_of in ((agent, normalizer.obs_rms) for agent, normalizer in model.obs_normalizers.items())
+        }
+
+    before = counts()
     evaluate_policy(model, DyingAgentsEnv(), n_eval_episodes=2)
-    assert {agent: normalizer.obs_rms.count for agent, normalizer in model.obs_normalizers.items()} == counts
+    assert counts() == before
 
 
-def test_eval_callback_saves_the_best_model_and_the_evaluations(tmp_path: pathlib.Path) -> None:
-    model = make_model()
+def test_eval_callback_saves_the_best_model_and_the_evaluations(tmp_path: pathlib.Path, algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     output = RecordingOutput()
     model.set_logger(Logger(folder=None, output_formats=[output]))
     eval_callback = MultiAgentEvalCallback(
@@ -273,13 +288,15 @@ def test_eval_callback_saves_the_best_model_and_the_evaluations(tmp_path: pathli
     assert list(evaluations["timesteps"]) == [12, 24]
     assert evaluations["results"].shape == (2, 2)
     assert eval_callback.best_mean_reward == pytest.approx(evaluations["results"].mean(axis=1).max())
-    assert IPPO.load(tmp_path / "best_model.zip").possible_agents == model.possible_agents
+    assert algo.load(tmp_path / "best_model.zip").possible_agents == model.possible_agents
     assert any("eval/mean_reward" in dump for dump in output.dumps)
 
 
 @pytest.mark.parametrize(("reward_threshold", "expected_timesteps"), [(-1.0, 6 * N_ENVS), (BEST_TEAM_RETURN + 1, 36)])
-def test_eval_callback_with_stop_training_on_reward_threshold(reward_threshold: float, expected_timesteps: int) -> None:
-    model = make_model()
+def test_eval_callback_with_stop_training_on_reward_threshold(
+    reward_threshold: float, expected_timesteps: int, algo: type[IPPO]
+) -> None:
+    model = make_model(algo=algo)
     stop = StopTrainingOnRewardThreshold(reward_threshold=reward_threshold, verbose=0)
     eval_callback = MultiAgentEvalCallback(
         DyingAgentsEnv(), callback_on_new_best=stop, n_eval_episodes=2, eval_freq=6, verbose=0

@@ -19,7 +19,7 @@ import pytest
 import torch as th
 from mpe2 import simple_spread_v3
 
-from sb3_ippo import IPPO
+from sb3_ippo import IPPO, MAPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
 from tests.helpers import assert_same_parameters, parameters
 
@@ -643,3 +643,23 @@ def test_share_parameters_and_groups_on_the_command_line(tmp_path: pathlib.Path)
 @pytest.mark.parametrize(("option", "value"), [("--share-parameters", "maybe"), ("--groups", "['agent_0']")])
 def test_bad_group_options_are_usage_errors(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
     assert option in usage_error(capsys, ["train", option, value])
+
+
+def test_train_algo_mappo_writes_a_mappo_model_that_callbacks_and_evaluate_use(tmp_path: pathlib.Path) -> None:
+    out = train(
+        tmp_path / "run", "--algo", "mappo", "--critic-input", "joint_obs", "--checkpoint-freq", "40", "--eval-freq", "40",
+        "--n-eval-episodes", "1",
+    )  # fmt: skip
+    run = json.loads((out / "run.json").read_text())
+    assert (run["algo"], run["critic_input"]) == ("mappo", "joint_obs")
+    assert "--algo mappo --critic-input joint_obs" in run["command"]
+    model = MAPPO.load(out / "model.zip")
+    assert model.critic_input == "joint_obs" and model.num_timesteps >= 100
+    assert MAPPO.load(out / "best_model.zip").critic_input == "joint_obs"
+    assert list((out / "checkpoints").glob("model_*_steps.zip"))
+    assert main(["evaluate", str(out / "model.zip"), "--episodes", "1"]) == 0
+
+
+def test_critic_input_without_algo_mappo_is_a_usage_error(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    err = usage_error(capsys, ["train", "--critic-input", "state", "--out", str(tmp_path / "run"), *QUICK])
+    assert "--critic-input: only --algo mappo" in err

@@ -24,7 +24,15 @@ from stable_baselines3.dqn.policies import DQNPolicy
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
-from tests.helpers import EPISODE_LENGTH, TRAJECTORY_LENGTHS, make_model, parameters, record_logs
+from tests.helpers import (
+    ALGORITHMS,
+    EPISODE_LENGTH,
+    TRAJECTORY_LENGTHS,
+    make_algo_vec_env,
+    make_model,
+    parameters,
+    record_logs,
+)
 
 
 def adam_steps(model: IPPO, agent: str) -> int:
@@ -289,8 +297,9 @@ def test_normalize_returns_statistics_persist_across_updates() -> None:
     ],
     ids=lambda hyperparameters: ",".join(hyperparameters) or "defaults",
 )
-def test_learn_updates_every_agent(hyperparameters: dict[str, Any]) -> None:
-    model = make_model(make_vec_env(DyingAgentsEnv, n_envs=2), **hyperparameters)
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_learn_updates_every_agent(hyperparameters: dict[str, Any], algo: type[IPPO]) -> None:
+    model = make_model(make_algo_vec_env(algo, DyingAgentsEnv, n_envs=2), algo, **hyperparameters)
     before = parameters(model)
     model.learn(4 * 2 * EPISODE_LENGTH)
     assert model.policy_version >= 2
@@ -316,14 +325,16 @@ class CountingEnv(DyingAgentsEnv):
         return super().step(actions)
 
 
-def test_num_timesteps_counts_env_steps_of_every_copy() -> None:
-    env = make_vec_env(CountingEnv, n_envs=3)
-    model = make_model(env)
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_num_timesteps_counts_env_steps_of_every_copy(algo: type[IPPO]) -> None:
+    env = make_algo_vec_env(algo, CountingEnv, n_envs=3)
+    model = make_model(env, algo)
     model.learn(45)
     assert model.num_timesteps == 45 == sum(env.get_attr("total_steps"))
 
 
-def test_policy_version_increases_by_exactly_one_per_update() -> None:
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_policy_version_increases_by_exactly_one_per_update(algo: type[IPPO]) -> None:
     versions: list[int] = []
 
     class VersionRecorder(BaseCallback):
@@ -333,7 +344,7 @@ def test_policy_version_increases_by_exactly_one_per_update() -> None:
         def _on_step(self) -> bool:
             return True
 
-    model = make_model(make_vec_env(DyingAgentsEnv, n_envs=2))
+    model = make_model(make_algo_vec_env(algo, DyingAgentsEnv, n_envs=2), algo)
     output = record_logs(model)
     model.learn(5 * 2 * EPISODE_LENGTH, callback=VersionRecorder())
     assert model.policy_version == 5
@@ -341,8 +352,9 @@ def test_policy_version_increases_by_exactly_one_per_update() -> None:
     assert [dump["train/policy_version"] for dump in output.dumps] == [1, 2, 3, 4, 5]
 
 
-def test_logger_writes_the_documented_keys(tmp_path: pathlib.Path) -> None:
-    model = make_model()
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_logger_writes_the_documented_keys(tmp_path: pathlib.Path, algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     model.set_logger(configure(str(tmp_path), ["csv"]))
     model.learn(2 * 2 * EPISODE_LENGTH)
     with open(tmp_path / "progress.csv") as file:
@@ -383,8 +395,9 @@ def test_per_agent_keys_stay_within_36_characters_and_distinct_for_long_agent_id
     )
 
 
-def test_ep_rew_mean_is_the_mean_team_return() -> None:
-    model = make_model()
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_ep_rew_mean_is_the_mean_team_return(algo: type[IPPO]) -> None:
+    model = make_model(algo=algo)
     output = record_logs(model)
     model.learn(2 * 2 * EPISODE_LENGTH)
     dump = output.dumps[-1]

@@ -13,26 +13,30 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3 import PPO
 
-from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo import IPPO
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.helpers import (
+    ALGORITHMS,
     assert_same_actions,
     assert_same_optimizer_state,
     assert_same_parameters,
+    make_algo_vec_env,
     make_model,
     observation_batch,
 )
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[IPPO, pathlib.Path]:
+@pytest.fixture(scope="module", params=ALGORITHMS, ids=lambda algo: algo.__name__)
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[IPPO, pathlib.Path]:
     """A model trained with every kind of state (normalizations, stale episodes), and the zip it was saved to.
 
     Three copies whose agents finish together leave one trajectory per agent after each update; with
     ``max_version_lag=0`` it is stale at the next one, so ``stale_episodes_dropped`` is not 0.
     """
-    env = make_vec_env(DyingAgentsEnv, n_envs=3, seed=0)
-    model = make_model(env, normalize_obs=True, normalize_returns=True, max_version_lag=0, time_limit_bootstrap=False)
+    env = make_algo_vec_env(request.param, DyingAgentsEnv, n_envs=3, seed=0)
+    model = make_model(
+        env, request.param, normalize_obs=True, normalize_returns=True, max_version_lag=0, time_limit_bootstrap=False
+    )
     model.learn(72)
     assert model.policy_version >= 2 and model.stale_episodes_dropped > 0
     path = tmp_path_factory.mktemp("saved") / "ippo.zip"
@@ -42,7 +46,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[IPPO, pathlib.Path]
 
 def test_load_restores_each_agents_weights(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     assert list(loaded.policies) == model.possible_agents
     for agent, policy in model.policies.items():
         restored = loaded.policies[agent].state_dict()
@@ -52,7 +56,7 @@ def test_load_restores_each_agents_weights(saved: tuple[IPPO, pathlib.Path]) -> 
 
 def test_load_restores_each_agents_optimizer_state(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     for agent, policy in model.policies.items():
         assert policy.optimizer.state_dict()["state"], "the saved model has taken Adam steps"
         assert_same_optimizer_state(loaded.policies[agent].optimizer, policy.optimizer)
@@ -60,19 +64,23 @@ def test_load_restores_each_agents_optimizer_state(saved: tuple[IPPO, pathlib.Pa
 
 def test_load_restores_observation_normalization_statistics(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     assert model.obs_normalizers is not None and loaded.obs_normalizers is not None
     for agent, normalizer in model.obs_normalizers.items():
         saved_rms, restored_rms = normalizer.obs_rms, loaded.obs_normalizers[agent].obs_rms
-        assert saved_rms.count > 1
-        np.testing.assert_array_equal(restored_rms.mean, saved_rms.mean)
-        np.testing.assert_array_equal(restored_rms.var, saved_rms.var)
-        assert restored_rms.count == saved_rms.count
+        if not isinstance(saved_rms, dict):
+            saved_rms, restored_rms = {"": saved_rms}, {"": restored_rms}
+        assert isinstance(restored_rms, dict) and restored_rms.keys() == saved_rms.keys()  # MAPPO: own obs and critic input
+        for key, entry in saved_rms.items():
+            assert entry.count > 1
+            np.testing.assert_array_equal(restored_rms[key].mean, entry.mean)
+            np.testing.assert_array_equal(restored_rms[key].var, entry.var)
+            assert restored_rms[key].count == entry.count
 
 
 def test_load_restores_return_normalization_statistics(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     assert model.return_normalizers is not None and loaded.return_normalizers is not None
     for agent, normalizer in model.return_normalizers.items():
         saved_rms, restored_rms = normalizer.return_rms, loaded.return_normalizers[agent].return_rms
@@ -82,7 +90,7 @@ def test_load_restores_return_normalization_statistics(saved: tuple[IPPO, pathli
 
 def test_load_restores_policy_version_and_counters(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     assert loaded.policy_version == model.policy_version
     assert loaded.num_timesteps == model.num_timesteps
     assert loaded.stale_episodes_dropped == model.stale_episodes_dropped
@@ -90,7 +98,7 @@ def test_load_restores_policy_version_and_counters(saved: tuple[IPPO, pathlib.Pa
 
 def test_load_restores_hyperparameters(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path)
+    loaded = type(model).load(path)
     names = ("n_episodes", "n_epochs", "max_version_lag", "normalize_obs", "normalize_returns", "gamma", "gae_lambda")
     for name in (*names, "time_limit_bootstrap"):
         assert getattr(loaded, name) == getattr(model, name), name
@@ -101,13 +109,13 @@ def test_deterministic_predictions_are_identical_after_load(saved: tuple[IPPO, p
     model, path = saved
     observations = observation_batch(model)
     expected, _ = model.predict(observations, deterministic=True)
-    actions, _ = IPPO.load(path).predict(observations, deterministic=True)
+    actions, _ = type(model).load(path).predict(observations, deterministic=True)
     assert_same_actions(actions, expected)
 
 
 def test_load_without_env_predicts(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path, env=None)
+    loaded = type(model).load(path, env=None)
     assert loaded.get_env() is None
     observation = {agent: obs[0] for agent, obs in observation_batch(model).items()}
     actions, state = loaded.predict(observation, deterministic=True)
@@ -116,15 +124,15 @@ def test_load_without_env_predicts(saved: tuple[IPPO, pathlib.Path]) -> None:
 
 
 def test_learn_without_env_after_load_is_a_clear_error(saved: tuple[IPPO, pathlib.Path]) -> None:
-    _, path = saved
+    model, path = saved
     with pytest.raises(ValueError, match="environment"):
-        IPPO.load(path).learn(10)
+        type(model).load(path).learn(10)
 
 
 def test_learn_continues_after_load(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
     # Two copies where the model was trained on three: only the agents and spaces must match.
-    loaded = IPPO.load(path, env=make_vec_env(DyingAgentsEnv, n_envs=2, seed=1))
+    loaded = type(model).load(path, env=make_algo_vec_env(type(model), DyingAgentsEnv, n_envs=2, seed=1))
     loaded.learn(24, reset_num_timesteps=False)
     assert loaded.num_timesteps == model.num_timesteps + 24
     assert loaded.policy_version > model.policy_version
@@ -135,8 +143,8 @@ def test_learn_continues_after_load(saved: tuple[IPPO, pathlib.Path]) -> None:
 
 
 def test_load_maps_the_model_to_the_requested_device(saved: tuple[IPPO, pathlib.Path]) -> None:
-    _, path = saved
-    loaded = IPPO.load(path, device="cpu")
+    model, path = saved
+    loaded = type(model).load(path, device="cpu")
     assert loaded.device == th.device("cpu")
     for agent, policy in loaded.policies.items():
         assert {parameter.device.type for parameter in policy.parameters()} == {"cpu"}, agent
@@ -149,7 +157,7 @@ def test_save_and_load_through_a_file_object(saved: tuple[IPPO, pathlib.Path]) -
     buffer = io.BytesIO()
     model.save(buffer)
     buffer.seek(0)
-    loaded = IPPO.load(buffer)
+    loaded = type(model).load(buffer)
     observations = observation_batch(model)
     assert_same_actions(
         loaded.predict(observations, deterministic=True)[0], model.predict(observations, deterministic=True)[0]
@@ -157,22 +165,22 @@ def test_save_and_load_through_a_file_object(saved: tuple[IPPO, pathlib.Path]) -
 
 
 def test_load_onto_an_env_with_other_agents_names_the_agent(saved: tuple[IPPO, pathlib.Path]) -> None:
-    _, path = saved
+    model, path = saved
     other_agents = DyingAgentsEnv(death_steps={"agent_0": 2, "agent_1": 4, "scout": None})
     with pytest.raises(ValueError, match="agent_2"):
-        IPPO.load(path, env=other_agents)
+        type(model).load(path, env=other_agents)
 
 
 @pytest.mark.parametrize("kind", ["observation", "action"])
 def test_load_onto_an_env_with_other_spaces_names_the_agent(saved: tuple[IPPO, pathlib.Path], kind: str) -> None:
-    _, path = saved
+    model, path = saved
     env = DyingAgentsEnv()
     if kind == "observation":
         env.observation_spaces["agent_1"] = spaces.Box(0.0, 1.0, (3,), np.float32)
     else:
         env.action_spaces["agent_1"] = spaces.Discrete(3)
     with pytest.raises(ValueError, match=f"agent_1.*{kind}"):
-        IPPO.load(path, env=env)
+        type(model).load(path, env=env)
 
 
 def test_set_env_with_other_agents_names_the_agent() -> None:
@@ -200,7 +208,7 @@ def test_load_of_a_missing_name_without_suffix_says_which_files_it_tried(
 
 def test_load_of_a_name_without_suffix_reads_the_zip_as_sb3_does(saved: tuple[IPPO, pathlib.Path]) -> None:
     model, path = saved
-    loaded = IPPO.load(path.with_suffix(""))
+    loaded = type(model).load(path.with_suffix(""))
     assert loaded.policy_version == model.policy_version
 
 

@@ -116,7 +116,15 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
     except (TypeError, ValueError, AssertionError) as error:
         parser.error(env_error(env_id, env_kwargs, wrappers, error))
     try:
-        model = IPPO.load(model_path, env=env, device=args.device)
+        if run.get("algo") == "mappo":
+            from sb3_ippo.mappo import MAPPO
+
+            # Acting needs only the agents' own observations: the env stays plain, the critic is not used.
+            mappo = MAPPO.load(model_path, device=args.device)
+            mappo.check_acting_env(env)
+            model: IPPO = mappo
+        else:
+            model = IPPO.load(model_path, env=env, device=args.device)
     except ValueError as error:
         env.close()
         parser.error(

@@ -110,6 +110,7 @@ def make_logger(settings: TrainSettings, game: bool) -> Logger:
     if settings.tensorboard_log is not None:
         from stable_baselines3.common.utils import get_latest_run_id
 
-        run_id = get_latest_run_id(settings.tensorboard_log, "IPPO") + 1
-        formats.append(TensorBoardOutputFormat(os.path.join(settings.tensorboard_log, f"IPPO_{run_id}")))
+        name = settings.algorithm_name  # IPPO or MAPPO
+        run_id = get_latest_run_id(settings.tensorboard_log, name) + 1
+        formats.append(TensorBoardOutputFormat(os.path.join(settings.tensorboard_log, f"{name}_{run_id}")))
     return Logger(folder=str(out), output_formats=formats)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sb3_ippo.cli.settings import (
+    ALGORITHMS,
     DEFAULT_ENV,
     DEFAULT_ENV_KWARGS,
     GAME_EVAL_EPISODES,
@@ -144,6 +145,18 @@ def build_parser() -> Parsers:
         help="run the copies in this process or in worker processes (default: dummy)",
     )
     train.add_argument(
+        "--algo",
+        choices=list(ALGORITHMS),
+        default="ippo",
+        help="ippo, or mappo: the same actors with a centralized critic (docs/algorithm.md, 'IPPO or MAPPO') (default: ippo)",
+    )
+    train.add_argument(
+        "--critic-input",
+        choices=["state", "joint_obs"],
+        default=None,
+        help="--algo mappo: what the critic sees, the env's state() or every agent's observation (default: state)",
+    )
+    train.add_argument(
         "--policy", choices=list(IPPO.policy_aliases), help=f"every agent's policy (default: {TRAIN_DEFAULTS['policy']})"
     )
     train.add_argument("--seed", type=non_negative_int, default=0, help="seed of everything (default: 0)")
@@ -184,7 +197,11 @@ def build_parser() -> Parsers:
         f"of this many env steps; 0: at every log (default: {PRINT_EVERY})",
     )
     train.add_argument(
-        "--tensorboard-log", type=pathlib.Path, default=None, metavar="DIR", help="also log to TensorBoard in DIR/IPPO_<n>"
+        "--tensorboard-log",
+        type=pathlib.Path,
+        default=None,
+        metavar="DIR",
+        help="also log to TensorBoard in DIR/IPPO_<n> (or MAPPO_<n>)",
     )
     train.add_argument(
         "--wandb-project",

@@ -27,6 +27,8 @@ PRINT_EVERY = 10_000  # env steps between two lines on stdout: 20 lines for the 
 # this many times in a run (the learning curve's points), with this many games per seat each time.
 GAME_EVALUATIONS = 10
 GAME_EVAL_EPISODES = 20
+# The algorithms `train --algo` offers, by their command-line name: the class's module and name.
+ALGORITHMS: dict[str, tuple[str, str]] = {"ippo": ("sb3_ippo.ippo", "IPPO"), "mappo": ("sb3_ippo.mappo", "MAPPO")}
 
 
 @dataclasses.dataclass
@@ -54,6 +56,13 @@ class TrainSettings:
     eval_episodes: int
     out: str
     wandb_project: str | None = None
+    algo: str = "ippo"
+    critic_input: str | None = None  # --algo mappo: "state" or "joint_obs"
+
+    @property
+    def algorithm_name(self) -> str:
+        """The class name of the algorithm: IPPO or MAPPO."""
+        return ALGORITHMS[self.algo][1]
 
     def with_game_defaults(self, game: bool) -> TrainSettings:
         """The settings with ``--eval-freq`` and ``--n-eval-episodes`` resolved where not given: for a game
@@ -75,6 +84,8 @@ class TrainSettings:
         if self.wrappers:
             argv += ["--wrappers", *(str(spec.resolved()) for spec in self.wrappers)]
         options = {
+            "algo": self.algo,
+            "critic_input": self.critic_input,
             "timesteps": self.timesteps,
             "n_envs": self.n_envs,
             "vec_env": self.vec_env,
@@ -105,6 +116,8 @@ class TrainSettings:
             "out": self.out,
             "command": shlex.join(["python", "-m", "sb3_ippo", *argv]),
             "argv": argv,
+            "algo": self.algo,
+            "critic_input": self.critic_input,
             "env": self.env,
             "env_kwargs": jsonable(self.env_kwargs),
             "wrappers": [str(spec.resolved()) for spec in self.wrappers],
@@ -167,6 +180,12 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
     else:
         env_kwargs = from_file.get("env_kwargs", dict(DEFAULT_ENV_KWARGS) if env_id == DEFAULT_ENV else {})
     hyperparameters = {name: setting(name, default) for name, default in defaults.items()}
+    algo = getattr(args, "algo", "ippo")
+    critic_input = getattr(args, "critic_input", None)
+    if critic_input is not None and algo != "mappo":
+        parser.error("argument --critic-input: only --algo mappo has a centralized critic")
+    if algo == "mappo" and critic_input is None:
+        critic_input = "state"
     return TrainSettings(
         env=env_id,
         env_kwargs=env_kwargs,
@@ -188,5 +207,7 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
         wandb_project=args.wandb_project,
-        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"ippo_{env_id.split('.')[-1]}")),
+        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"{algo}_{env_id.split('.')[-1]}")),
+        algo=algo,
+        critic_input=critic_input,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import pathlib
 import zipfile
@@ -16,7 +17,7 @@ import numpy as np
 
 from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
 from sb3_ippo.cli.output import make_logger
-from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
+from sb3_ippo.cli.settings import ALGORITHMS, CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
 from sb3_ippo.cli.values import env_error, installed
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
@@ -130,6 +131,12 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
     return callbacks, envs
 
 
+def algorithm_class(algo: str) -> type[IPPO]:
+    """The class of ``--algo``: IPPO, or MAPPO (a subclass)."""
+    module, name = ALGORITHMS[algo]
+    return getattr(importlib.import_module(module), name)
+
+
 def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.ArgumentParser) -> IPPO:
     try:
         env = make_vec_env(
@@ -138,12 +145,15 @@ def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.Ar
             seed=settings.seed,
             vec_env_cls=settings.vec_env,
             env_kwargs=settings.env_kwargs,
+            critic_input=settings.critic_input,
         )
     except (TypeError, ValueError, AssertionError) as error:
         parser.error(env_error(settings.env, settings.env_kwargs, settings.wrappers, error))
     hyperparameters = {name: schedule(value) for name, value in settings.hyperparameters.items()}
+    if settings.critic_input is not None:
+        hyperparameters["critic_input"] = settings.critic_input
     try:
-        return IPPO(
+        return algorithm_class(settings.algo)(
             settings.policy, env, seed=settings.seed, device=settings.device, verbose=settings.verbose, **hyperparameters
         )
     except (TypeError, ValueError) as error:
@@ -218,8 +228,8 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
     wrappers = f" with wrappers {' '.join(map(str, settings.wrappers))}" if settings.wrappers else ""
     print(
-        f"Training IPPO on {settings.env} {settings.env_kwargs}{wrappers} for {settings.timesteps} env steps; "
-        f"output in {out}/"
+        f"Training {settings.algorithm_name} on {settings.env} {settings.env_kwargs}{wrappers} for {settings.timesteps} "
+        f"env steps; output in {out}/"
     )
     callbacks, extra_envs = _callbacks(settings, env_factory)
     if wandb_run is not None:
@@ -241,7 +251,7 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     model.save(model_path)
     _record_env_in_zip(model_path, settings)
     print(f"Saved the model to {model_path} and the log to {out / 'progress.csv'}")
-    _plot(out, f"IPPO on {settings.env}", game)
+    _plot(out, f"{settings.algorithm_name} on {settings.env}", game)
     if settings.eval_episodes > 0:
         eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
         with contextlib.closing(eval_env):

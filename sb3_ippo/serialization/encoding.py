@@ -20,6 +20,7 @@ from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtr
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
 from torch import nn
 
+from sb3_ippo.mappo.policies import CentralCriticPolicy, CriticInputExtractor
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.recurrent import RECURRENT_POLICY_ALIASES
 from sb3_ippo.serialization.errors import _DAMAGE_ERRORS, ModelFileError, NotSerializableError, UntrustedContentError
@@ -56,6 +57,9 @@ _OTHER_ALLOWED_CLASSES: list[type] = [
     th.optim.SGD,
     th.optim.RMSprop,
     RMSpropTFLike,
+    # MAPPO's policy and its features extractor
+    CentralCriticPolicy,
+    CriticInputExtractor,
 ]
 ALLOWED_CLASSES: dict[str, type] = {
     **POLICY_CLASSES,

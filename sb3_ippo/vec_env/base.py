@@ -108,6 +108,8 @@ class MultiAgentVecEnv(VecEnv):
     possible_agents: list[AgentID]
     observation_spaces: dict[AgentID, spaces.Space]
     action_spaces: dict[AgentID, spaces.Space]
+    # MAPPO's critic input that every copy adds to its observations (sb3_ippo.critic_input.CriticInput), or None.
+    critic_input: Any = None
 
     def __init__(
         self,

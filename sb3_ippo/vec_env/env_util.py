@@ -28,6 +28,7 @@ def make_vec_env(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     n_workers: int | None = None,
     ray_address: str | None = None,
+    critic_input: Any = None,
 ) -> MultiAgentVecEnv:
     """Run ``n_envs`` copies of a PettingZoo env, each resetting itself at the end of its episodes.
 
@@ -50,6 +51,9 @@ def make_vec_env(
         ``min(n_envs, CPUs of the Ray cluster)``). Each holds a contiguous slice of the copies.
     :param ray_address: ``"ray"``: the cluster to join if Ray is not initialized yet (None: start a local one;
         ``"auto"``: the one ``ray start --head`` started on this machine).
+    :param critic_input: For MAPPO: ``"state"``, ``"joint_obs"`` or a ``sb3_ippo.critic_input.CriticInput``; every
+        copy then gives each agent ``{"obs": own observation, "critic": the critic's input}``
+        (:class:`sb3_ippo.critic_input.CriticInputWrapper`). None: the env's observations.
     """
     if not callable(env_fn):
         made = is_parallel_env(env_fn) or isinstance(env_fn, AECEnv)
@@ -63,8 +67,21 @@ def make_vec_env(
         raise ValueError(f"n_envs must be a positive integer, got {n_envs!r}")
     kwargs = env_kwargs or {}
 
+    spec = None
+    if critic_input is not None:
+        from sb3_ippo.critic_input import as_critic_input  # MAPPO's concern, imported only when asked for
+
+        spec = as_critic_input(critic_input)
+
     def make_env() -> Any:
-        return env_fn(**kwargs)
+        env = env_fn(**kwargs)
+        if spec is None:
+            return env
+        from sb3_ippo.critic_input import CriticInputWrapper
+
+        if needs_turns(env):
+            raise ValueError("critic_input (MAPPO) is not supported for turn-based games (AEC envs stepped turn by turn)")
+        return CriticInputWrapper(to_parallel_env(env), spec)
 
     env_fns = [make_env for _ in range(n_envs)]
     vec_env: MultiAgentVecEnv
@@ -91,6 +108,7 @@ def make_vec_env(
             raise ValueError(f"vec_env_cls must be 'dummy', 'subproc' or 'ray', got {vec_env_cls!r}")
     if seed is not None:
         vec_env.seed(seed)
+    vec_env.critic_input = spec
     return vec_env
 
 
