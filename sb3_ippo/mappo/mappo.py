@@ -25,6 +25,7 @@ from sb3_ippo.critic_input import (
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.mappo.export import export_actor
 from sb3_ippo.mappo.policies import CentralCriticPolicy
+from sb3_ippo.recurrent import PredictState
 from sb3_ippo.types import AgentID
 from sb3_ippo.vec_env import MultiAgentVecEnv, as_multiagent_vec_env, to_parallel_env
 from sb3_ippo.vec_env.turn_based import needs_turns
@@ -170,10 +171,10 @@ class MAPPO(IPPO):
     def predict(  # type: ignore[override]
         self,
         observation: Mapping[AgentID, Any],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
+        state: Mapping[AgentID, PredictState] | None = None,
+        episode_start: np.ndarray | Mapping[AgentID, np.ndarray] | None = None,
         deterministic: bool = False,
-    ) -> tuple[dict[AgentID, np.ndarray], None]:
+    ) -> tuple[dict[AgentID, np.ndarray], dict[AgentID, PredictState] | None]:
         """IPPO's ``predict`` on the agents' own observations, as the env gives them (the actors see nothing else).
         Observations that already carry the critic input (``{"obs": ..., "critic": ...}``) are taken too."""
         if not isinstance(observation, Mapping):
