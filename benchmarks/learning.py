@@ -78,6 +78,7 @@ ALGOS = (
     "ippo_async_e40",
     "ippo_async_e20",
     "ippo_e80_sync",
+    "ippo_mb256",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -91,10 +92,11 @@ LABELS = {
     "ippo_async_e40": "IPPO, async_training, n_epochs 40",
     "ippo_async_e20": "IPPO, async_training, n_epochs 20",
     "ippo_e80_sync": "IPPO, the defaults before issue 22 (n_epochs 80, synchronous)",
+    "ippo_mb256": "IPPO (defaults), minibatches of 256 transitions",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black",
+    "tab:cyan", "black", "gold",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -121,6 +123,9 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_async_e40": {"async_training": True, "n_epochs": 40},
     "ippo_async_e20": {"async_training": True, "n_epochs": 20},
     "ippo_e80_sync": {"async_training": False, "n_epochs": 80},
+    # Minibatches of 256 transitions: the same as the defaults where an agent's batch is at most 256 (MPE's 8 episodes
+    # of 25 steps), more gradient steps per sample on long episodes (multiwalker, pursuit).
+    "ippo_mb256": {"batch_size": 256},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
