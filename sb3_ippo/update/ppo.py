@@ -7,10 +7,11 @@ loss conventions, stopping all remaining passes once a minibatch's approximate K
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch as th
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
@@ -80,6 +81,34 @@ def surrogate_losses(
     return _Losses(policy_loss, value_loss, entropy_loss, approx_kl, clip_fraction, values)
 
 
+def gradient_passes(policy: BasePolicy, settings: UpdateSettings, epoch_losses: Callable[[], Iterator[_Losses]]) -> int:
+    """Up to ``settings.n_epochs`` passes, each a gradient step of the policy's optimizer on every minibatch's losses
+    that ``epoch_losses()`` yields (a generator: each minibatch is evaluated after the previous step), with gradient
+    clipping and the KL early stop described in :func:`ppo_update`. Returns the passes that made at least one step
+    (``n_epochs_run``). Shared by the feed-forward and the recurrent update."""
+    target_kl = settings.target_kl
+    n_epochs_run = 0
+    for _ in range(settings.n_epochs):
+        stop = stepped = False
+        for losses in epoch_losses():
+            stop = target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl
+            if stop and settings.kl_stop == "before_step":
+                break
+            loss = losses.policy_loss + settings.ent_coef * losses.entropy_loss + settings.vf_coef * losses.value_loss
+            policy.optimizer.zero_grad()
+            loss.backward()
+            if settings.max_grad_norm is not None:
+                th.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+            policy.optimizer.step()
+            stepped = True
+            if stop:
+                break
+        n_epochs_run += int(stepped)
+        if stop:
+            break
+    return n_epochs_run
+
+
 def ppo_update(
     policy: ActorCriticPolicy, batch: AgentBatch, settings: UpdateSettings, generator: th.Generator | None = None
 ) -> UpdateStats:
@@ -96,7 +125,7 @@ def ppo_update(
     step is skipped and all remaining passes are stopped. Either way ``n_epochs_run`` counts the passes that made at
     least one gradient step: the reference's StopIter after a stop, SB3's count of completed steps' passes.
     """
-    clip_range, clip_range_vf, target_kl = settings.clip_range, settings.clip_range_vf, settings.target_kl
+    clip_range, clip_range_vf = settings.clip_range, settings.clip_range_vf
     assert not callable(clip_range) and not callable(clip_range_vf), "read the schedules first: UpdateSettings.at"
     advantages = batch.advantages
     if settings.normalize_advantage and len(advantages) > 1:
@@ -107,33 +136,15 @@ def ppo_update(
     with th.no_grad():
         before = _losses(policy, batch, advantages, clip_range, clip_range_vf)
 
-    policy.set_training_mode(True)
-    n_epochs_run = 0
-    stop = False
-    for _ in range(settings.n_epochs):
+    def epoch_losses() -> Iterator[_Losses]:
         order = th.randperm(n_transitions, generator=generator).to(advantages.device) if settings.shuffle_minibatches else None
-        stepped = False
         for start in range(0, n_transitions, minibatch_size):
             end = start + minibatch_size
             indices = slice(start, end) if order is None else order[start:end]
-            minibatch = batch.select(indices)
-            losses = _losses(policy, minibatch, advantages[indices], clip_range, clip_range_vf)
-            stop = target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl
-            if stop and settings.kl_stop == "before_step":
-                break
-            loss = losses.policy_loss + settings.ent_coef * losses.entropy_loss + settings.vf_coef * losses.value_loss
-            policy.optimizer.zero_grad()
-            loss.backward()
-            if settings.max_grad_norm is not None:
-                th.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
-            policy.optimizer.step()
-            stepped = True
-            if stop:
-                break
-        n_epochs_run += int(stepped)
-        if stop:
-            break
+            yield _losses(policy, batch.select(indices), advantages[indices], clip_range, clip_range_vf)
 
+    policy.set_training_mode(True)
+    n_epochs_run = gradient_passes(policy, settings, epoch_losses)
     policy.set_training_mode(False)
     with th.no_grad():
         after = _losses(policy, batch, advantages, clip_range, clip_range_vf)

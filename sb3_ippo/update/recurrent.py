@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.recurrent import array_to_states, is_recurrent, states_to_array, zero_states
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.batch import AgentBatch, TensorObs, drain_to_tensors, finish_batch
-from sb3_ippo.update.ppo import UpdateStats, _Losses, surrogate_losses
+from sb3_ippo.update.ppo import UpdateStats, _Losses, gradient_passes, surrogate_losses
 from sb3_ippo.update.runners import ActOutput, GroupRunner
 from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.update.stacked import concat_tensor_obs
@@ -209,7 +209,7 @@ def recurrent_ppo_update(
     over the batch, the KL stop ``after_step`` or ``before_step``, gradient clipping, the statistics), but each
     minibatch is a set of whole sequences (:func:`sequence_minibatches`; shuffled as sequences with
     ``shuffle_minibatches``), run from their initial states."""
-    clip_range, clip_range_vf, target_kl = settings.clip_range, settings.clip_range_vf, settings.target_kl
+    clip_range, clip_range_vf = settings.clip_range, settings.clip_range_vf
     assert not callable(clip_range) and not callable(clip_range_vf), "read the schedules first: UpdateSettings.at"
     advantages = batch.batch.advantages
     if settings.normalize_advantage and len(advantages) > 1:
@@ -220,30 +220,13 @@ def recurrent_ppo_update(
     with th.no_grad():
         before = _sequence_losses(policy, batch, everything, advantages, clip_range, clip_range_vf)
 
-    policy.set_training_mode(True)
-    n_epochs_run = 0
-    stop = False
-    for _ in range(settings.n_epochs):
+    def epoch_losses() -> Iterator[_Losses]:
         order = th.randperm(n_sequences, generator=generator).tolist() if settings.shuffle_minibatches else everything
-        stepped = False
         for sequences in sequence_minibatches(batch.lengths, settings.batch_size, order):
-            losses = _sequence_losses(policy, batch, sequences, advantages, clip_range, clip_range_vf)
-            stop = target_kl is not None and losses.approx_kl.item() > 1.5 * target_kl
-            if stop and settings.kl_stop == "before_step":
-                break
-            loss = losses.policy_loss + settings.ent_coef * losses.entropy_loss + settings.vf_coef * losses.value_loss
-            policy.optimizer.zero_grad()
-            loss.backward()
-            if settings.max_grad_norm is not None:
-                th.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
-            policy.optimizer.step()
-            stepped = True
-            if stop:
-                break
-        n_epochs_run += int(stepped)
-        if stop:
-            break
+            yield _sequence_losses(policy, batch, sequences, advantages, clip_range, clip_range_vf)
 
+    policy.set_training_mode(True)
+    n_epochs_run = gradient_passes(policy, settings, epoch_losses)
     policy.set_training_mode(False)
     with th.no_grad():
         after = _sequence_losses(policy, batch, everything, advantages, clip_range, clip_range_vf)
