@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import pathlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch as th
@@ -37,6 +37,7 @@ from sb3_ippo.types import AgentID
 
 if TYPE_CHECKING:
     from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
+    from sb3_ippo.update.settings import UpdateSettings
 
 
 def _feature_affine(
@@ -140,6 +141,26 @@ def recurrent_first_layers(policy: RecurrentActorCriticPolicy) -> dict[str, tupl
     return layers
 
 
+def ppo_hyperparameters(model: MultiAgentOnPolicyAlgorithm, settings: UpdateSettings) -> dict[str, Any]:
+    """The arguments of SB3's ``PPO`` that carry an agent's update settings (its group's) into an exported model, so
+    that ``learn`` on the exported model goes on with them; PPO's defaults where IPPO has no equivalent."""
+    return dict(
+        learning_rate=settings.learning_rate,
+        n_steps=max(model.n_steps or 2048, 2),
+        batch_size=settings.batch_size or 64,
+        n_epochs=settings.n_epochs,
+        gamma=settings.gamma,
+        gae_lambda=settings.gae_lambda,
+        clip_range=settings.clip_range,
+        clip_range_vf=settings.clip_range_vf,
+        ent_coef=settings.ent_coef,
+        vf_coef=settings.vf_coef,
+        max_grad_norm=settings.max_grad_norm if settings.max_grad_norm is not None else float("inf"),
+        target_kl=settings.target_kl,
+        device=model.device,
+    )
+
+
 def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent, a
     ``RecurrentPPO`` zip for a recurrent one),
@@ -154,20 +175,8 @@ def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: st
     ppo = algorithm(
         base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
         env=None,  # type: ignore[arg-type]
-        learning_rate=settings.learning_rate,
-        n_steps=max(model.n_steps or 2048, 2),
-        batch_size=settings.batch_size or 64,
-        n_epochs=settings.n_epochs,
-        gamma=settings.gamma,
-        gae_lambda=settings.gae_lambda,
-        clip_range=settings.clip_range,
-        clip_range_vf=settings.clip_range_vf,
-        ent_coef=settings.ent_coef,
-        vf_coef=settings.vf_coef,
-        max_grad_norm=settings.max_grad_norm if settings.max_grad_norm is not None else float("inf"),
-        target_kl=settings.target_kl,
+        **ppo_hyperparameters(model, settings),
         policy_kwargs=group.settings.get("policy_kwargs", model.policy_kwargs),
-        device=model.device,
         _init_setup_model=False,
     )
     ppo.observation_space = policy.observation_space

@@ -11,7 +11,7 @@ import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ippo.critic_input import OBS_KEY
-from sb3_ippo.export import fold_observation_normalization
+from sb3_ippo.export import fold_observation_normalization, ppo_hyperparameters
 from sb3_ippo.normalization import ObservationNormalizer
 from sb3_ippo.types import AgentID
 
@@ -32,20 +32,8 @@ def export_actor(model: MAPPO, agent_id: AgentID, path: str | pathlib.Path | io.
     ppo = PPO(
         "MlpPolicy",
         env=None,  # type: ignore[arg-type]
-        learning_rate=settings.learning_rate,
-        n_steps=max(model.n_steps or 2048, 2),
-        batch_size=settings.batch_size or 64,
-        n_epochs=settings.n_epochs,
-        gamma=settings.gamma,
-        gae_lambda=settings.gae_lambda,
-        clip_range=settings.clip_range,
-        clip_range_vf=settings.clip_range_vf,
-        ent_coef=settings.ent_coef,
-        vf_coef=settings.vf_coef,
-        max_grad_norm=settings.max_grad_norm if settings.max_grad_norm is not None else float("inf"),
-        target_kl=settings.target_kl,
+        **ppo_hyperparameters(model, settings),
         policy_kwargs=policy_kwargs,
-        device=model.device,
         _init_setup_model=False,
     )
     ppo.observation_space = model.observation_spaces[agent_id][OBS_KEY]  # type: ignore[index]
