@@ -81,6 +81,24 @@ def surrogate_losses(
     return _Losses(policy_loss, value_loss, entropy_loss, approx_kl, clip_fraction, values)
 
 
+def update_stats(before: _Losses, after: _Losses, batch: AgentBatch, n_epochs_run: int) -> UpdateStats:
+    """An update's statistics: the losses on the whole batch after it, their change from ``before`` it, and
+    the batch's size."""
+    return UpdateStats(
+        policy_loss=after.policy_loss.item(),
+        policy_loss_delta=(after.policy_loss - before.policy_loss).item(),
+        value_loss=after.value_loss.item(),
+        value_loss_delta=(after.value_loss - before.value_loss).item(),
+        approx_kl=after.approx_kl.item(),
+        entropy_loss=after.entropy_loss.item(),
+        clip_fraction=after.clip_fraction.item(),
+        explained_variance=float(explained_variance(batch.old_values.cpu().numpy(), batch.returns.cpu().numpy())),
+        n_epochs_run=n_epochs_run,
+        n_transitions=len(batch),
+        n_trajectories=batch.n_trajectories,
+    )
+
+
 def gradient_passes(policy: BasePolicy, settings: UpdateSettings, epoch_losses: Callable[[], Iterator[_Losses]]) -> int:
     """Up to ``settings.n_epochs`` passes, each a gradient step of the policy's optimizer on every minibatch's losses
     that ``epoch_losses()`` yields (a generator: each minibatch is evaluated after the previous step), with gradient
@@ -148,16 +166,4 @@ def ppo_update(
     policy.set_training_mode(False)
     with th.no_grad():
         after = _losses(policy, batch, advantages, clip_range, clip_range_vf)
-    return UpdateStats(
-        policy_loss=after.policy_loss.item(),
-        policy_loss_delta=(after.policy_loss - before.policy_loss).item(),
-        value_loss=after.value_loss.item(),
-        value_loss_delta=(after.value_loss - before.value_loss).item(),
-        approx_kl=after.approx_kl.item(),
-        entropy_loss=after.entropy_loss.item(),
-        clip_fraction=after.clip_fraction.item(),
-        explained_variance=float(explained_variance(batch.old_values.cpu().numpy(), batch.returns.cpu().numpy())),
-        n_epochs_run=n_epochs_run,
-        n_transitions=n_transitions,
-        n_trajectories=batch.n_trajectories,
-    )
+    return update_stats(before, after, batch, n_epochs_run)

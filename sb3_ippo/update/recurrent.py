@@ -29,7 +29,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
-from stable_baselines3.common.utils import explained_variance, obs_as_tensor, update_learning_rate
+from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.groups import AgentGroup
@@ -37,7 +37,7 @@ from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.recurrent import array_to_states, is_recurrent, states_to_array, zero_states
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.batch import AgentBatch, TensorObs, drain_to_tensors, finish_batch
-from sb3_ippo.update.ppo import UpdateStats, _Losses, gradient_passes, surrogate_losses
+from sb3_ippo.update.ppo import UpdateStats, _Losses, gradient_passes, surrogate_losses, update_stats
 from sb3_ippo.update.runners import ActOutput, GroupRunner
 from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.update.stacked import concat_tensor_obs
@@ -230,20 +230,7 @@ def recurrent_ppo_update(
     policy.set_training_mode(False)
     with th.no_grad():
         after = _sequence_losses(policy, batch, everything, advantages, clip_range, clip_range_vf)
-    inner = batch.batch
-    return UpdateStats(
-        policy_loss=after.policy_loss.item(),
-        policy_loss_delta=(after.policy_loss - before.policy_loss).item(),
-        value_loss=after.value_loss.item(),
-        value_loss_delta=(after.value_loss - before.value_loss).item(),
-        approx_kl=after.approx_kl.item(),
-        entropy_loss=after.entropy_loss.item(),
-        clip_fraction=after.clip_fraction.item(),
-        explained_variance=float(explained_variance(inner.old_values.cpu().numpy(), inner.returns.cpu().numpy())),
-        n_epochs_run=n_epochs_run,
-        n_transitions=len(inner),
-        n_trajectories=inner.n_trajectories,
-    )
+    return update_stats(before, after, batch.batch, n_epochs_run)
 
 
 class RecurrentGroupRunner(GroupRunner):
