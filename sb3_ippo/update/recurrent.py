@@ -19,7 +19,6 @@ episodes of its agent), as sb3-contrib's ``_process_sequence`` does when no epis
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
-from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
+from stable_baselines3.common.utils import obs_as_tensor
 
 from sb3_ippo.buffer import Trajectory
 from sb3_ippo.groups import AgentGroup
@@ -325,33 +324,20 @@ class RecurrentGroupRunner(GroupRunner):
                 outputs[agent] = (agent_actions, agent_values, agent_log_probs)
         return outputs
 
-    def update(
+    def update_member(
         self,
-        trajectories: Mapping[AgentID, list[Trajectory]],
+        agent: AgentID,
+        trajectories: list[Trajectory],
         settings: UpdateSettings,
-        obs_normalizers: Mapping[AgentID, ObservationNormalizer] | None,
-        return_normalizers: Mapping[AgentID, ReturnNormalizer] | None,
-        generator_seeds: Mapping[AgentID, int] | None,
-    ) -> dict[AgentID, UpdateStats]:
-        """As :meth:`GroupRunner.update`, on whole sequences (:func:`build_sequence_batch`, :func:`recurrent_ppo_update`)."""
-        for policy in {id(policy): policy for policy in self.policies.values()}.values():
-            update_learning_rate(policy.optimizer, settings.learning_rate)  # type: ignore[arg-type]
-        agents = [agent for agent in self.agents if agent in trajectories]
-        if not agents:
-            return {}
-
-        def update_one(agent: AgentID, batch_trajectories: list[Trajectory]) -> UpdateStats:
-            policy = self.policies[agent]
-            preprocess = functools.partial(self.policy_input, agent, obs_normalizers=obs_normalizers)
-            normalizer = None if return_normalizers is None else return_normalizers[agent]
-            batch = build_sequence_batch(policy, batch_trajectories, settings, preprocess, normalizer)  # type: ignore[arg-type]
-            generator = None if generator_seeds is None else th.Generator().manual_seed(generator_seeds[agent])
-            return recurrent_ppo_update(policy, batch, settings, generator)  # type: ignore[arg-type]
-
-        if self.share_parameters:
-            shared = update_one(agents[0], [t for agent in agents for t in trajectories[agent]])
-            return dict.fromkeys(agents, shared)
-        return {agent: update_one(agent, trajectories[agent]) for agent in agents}
+        preprocess: Callable[[ObsArray], ObsArray],
+        return_normalizer: ReturnNormalizer | None,
+        generator: th.Generator | None,
+    ) -> UpdateStats:
+        """As :meth:`GroupRunner.update_member`, on whole sequences (:func:`build_sequence_batch`,
+        :func:`recurrent_ppo_update`); ``GroupRunner.update`` calls it (recurrent members are never stacked)."""
+        policy = self.policies[agent]
+        batch = build_sequence_batch(policy, trajectories, settings, preprocess, return_normalizer)  # type: ignore[arg-type]
+        return recurrent_ppo_update(policy, batch, settings, generator)  # type: ignore[arg-type]
 
 
 def make_group_runner(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -174,9 +174,9 @@ class GroupRunner:
             return None if generator_seeds is None else th.Generator().manual_seed(generator_seeds[agent])
 
         def update_one(agent: AgentID, batch_trajectories: list[Trajectory]) -> UpdateStats:
-            policy = self.policies[agent]
-            batch = build_batch(policy, batch_trajectories, settings, preprocess(agent), return_normalizer(agent))
-            return ppo_update(policy, batch, settings, generator(agent))
+            return self.update_member(
+                agent, batch_trajectories, settings, preprocess(agent), return_normalizer(agent), generator(agent)
+            )
 
         if self.share_parameters:
             # One policy: all its agents' trajectories, normalized by the group's shared normalizer, are one batch.
@@ -194,3 +194,18 @@ class GroupRunner:
         )
         generators = None if generator_seeds is None else [generator(agent) for agent in agents]
         return dict(zip(agents, stacked_ppo_update(stacked, batch, settings, generators), strict=True))
+
+    def update_member(
+        self,
+        agent: AgentID,
+        trajectories: list[Trajectory],
+        settings: UpdateSettings,
+        preprocess: Callable[[ObsArray], ObsArray],
+        return_normalizer: ReturnNormalizer | None,
+        generator: th.Generator | None,
+    ) -> UpdateStats:
+        """One member's batch and PPO update on the reference path (a shared policy's: on all its agents'
+        trajectories); runners of other kinds of policies build and train their batches their own way here."""
+        policy = self.policies[agent]
+        batch = build_batch(policy, trajectories, settings, preprocess, return_normalizer)
+        return ppo_update(policy, batch, settings, generator)
