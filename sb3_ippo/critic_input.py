@@ -103,6 +103,8 @@ class CriticInputWrapper(BaseParallelWrapper):
             + (len(self._agents) if self.critic_input.agent_id else 0)
             for agent in self._agents
         }
+        # One-hot agent ids (critic_agent_id), made once rather than at every step.
+        self._one_hots = dict(zip(self._agents, np.eye(len(self._agents), dtype=np.float32), strict=True))
         self._spaces = {
             agent: spaces.Dict(
                 {
@@ -140,7 +142,7 @@ class CriticInputWrapper(BaseParallelWrapper):
             if self.critic_input.own_obs:
                 parts.append(_flat(own))
             if self.critic_input.agent_id:
-                parts.append(np.eye(len(self._agents), dtype=np.float32)[self._agents.index(agent)])
+                parts.append(self._one_hots[agent])
             wrapped[agent] = {OBS_KEY: own, CRITIC_KEY: np.concatenate(parts)}  # type: ignore[arg-type]
         return wrapped
 
