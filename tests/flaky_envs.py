@@ -7,6 +7,7 @@ instance) starts counting again; ``failures`` lists when to fail.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -21,13 +22,16 @@ class FlakyEnv(DyingAgentsEnv):
     Observation ``[t / max_steps, target]``: ``t * max_steps`` recovers the step within the episode, which tells
     whether a trajectory is one unbroken piece of one episode.
 
-    :param fail_at_step: Raise in the ``fail_at_step``-th ``step`` call of this instance's life (and every
+    :param fail_at_step: Fail (see ``how``) in the ``fail_at_step``-th ``step`` call of this instance's life (and every
         ``fail_every`` calls after it, if set).
     :param fail_at_reset: Raise in the ``fail_at_reset``-th ``reset`` call of this instance's life.
     :param only_seeds: Fail only if the first reset of this instance had one of these seeds (None: whatever the seed):
         this picks the copies that fail (copy ``i`` of ``make_vec_env(..., seed=s)`` first gets ``s + i``) and lets a
         rebuilt copy, reseeded, run without failing.
-    :param how: "raise" an exception, or "exit": end the process (as a crashing simulator would).
+    :param how: "raise" an exception, "exit": end the process (as a crashing simulator would), or "interrupt": send
+        SIGINT (Ctrl-C) to the process ``interrupt_pid`` 0.2 s into the step, then finish the step as usual (in a
+        worker process: Ctrl-C strikes while the parent waits for this step, however loaded the machine is).
+    :param interrupt_pid: The process that ``how="interrupt"`` interrupts.
     :param step_seconds: Sleep this long in every step (a slow simulator).
     """
 
@@ -40,6 +44,7 @@ class FlakyEnv(DyingAgentsEnv):
         how: str = "raise",
         max_steps: int = 6,
         step_seconds: float = 0.0,
+        interrupt_pid: int | None = None,
     ) -> None:
         super().__init__(death_steps={"agent_0": None, "agent_1": None}, max_steps=max_steps)
         self.fail_at_step = fail_at_step
@@ -48,6 +53,7 @@ class FlakyEnv(DyingAgentsEnv):
         self.only_seeds = only_seeds
         self.how = how
         self.step_seconds = step_seconds
+        self.interrupt_pid = interrupt_pid
         self.step_calls = 0
         self.reset_calls = 0
         self.reset_seeds: list[int | None] = []
@@ -57,6 +63,11 @@ class FlakyEnv(DyingAgentsEnv):
             return
         if self.how == "exit":
             os._exit(3)
+        if self.how == "interrupt":
+            assert self.interrupt_pid is not None, "how='interrupt' needs interrupt_pid"
+            time.sleep(0.2)
+            os.kill(self.interrupt_pid, signal.SIGINT)
+            return
         raise RuntimeError(f"FlakyEnv failed on purpose in {what}")
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import threading
 from typing import Any
 
 import numpy as np
@@ -95,26 +94,21 @@ def test_an_env_error_inside_learn_leaves_a_consistent_model(tmp_path: pathlib.P
     model.learn(24, reset_num_timesteps=False)  # the copies are reset; the envs fail no more
 
 
-class SigintLater(BaseCallback):
-    """At the first step, asks for SIGINT (Ctrl-C) to this process ``delay`` seconds later: in the next step's wait."""
-
-    def __init__(self, delay: float) -> None:
-        super().__init__()
-        self.delay = delay
-
-    def _on_step(self) -> bool:
-        if self.n_calls == 1:
-            threading.Timer(self.delay, os.kill, (os.getpid(), signal.SIGINT)).start()
-        return True
-
-
 @pytest.mark.usefixtures("no_hang")
 def test_ctrl_c_while_waiting_for_worker_processes_leaves_the_env_usable() -> None:
-    # Each step takes 0.5 s in the workers: the SIGINT, 0.2 s after the first step, strikes while the parent waits.
-    env = make_vec_env(lambda: FlakyEnv(step_seconds=0.5), n_envs=2, seed=0, vec_env_cls="subproc")
+    # Copy 0's worker sends SIGINT to this process during its second step, before it replies: Ctrl-C strikes while
+    # the parent waits for both workers, whatever the machine's load.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "an earlier test changed the Ctrl-C handler"
+    pid = os.getpid()
+    env = make_vec_env(
+        lambda: FlakyEnv(fail_at_step=2, how="interrupt", interrupt_pid=pid, only_seeds=(0,), step_seconds=0.1),
+        n_envs=2,
+        seed=0,
+        vec_env_cls="subproc",
+    )
     model = make_model(env)
     with pytest.raises(KeyboardInterrupt):
-        model.learn(100, callback=SigintLater(0.2))
+        model.learn(100)
     assert model.num_timesteps == 2
     assert sum(env._awaiting) == 2, "the interrupted step's replies are still owed"
     assert all(process.is_alive() for process in env.processes), "the workers ignore Ctrl-C"
