@@ -25,6 +25,8 @@ reads them).
   process while collection goes on with the previous version, whatever the budget). A run then uses two processes.
 - ``ippo_async_e40``, ``ippo_async_e20`` (only with ``--algos``): ``ippo_async`` with n_epochs 40 or 20 (since
   issue 22, 20 is the default: ``ippo_async_e20`` trains as ``ippo_async`` does).
+- ``ippo_shared_sb3`` (only with ``--algos``): every group shares one network (``share_parameters=True``), updated
+  as SB3's PPO updates the peer: ``n_epochs=10``, ``batch_size=256``, ``target_kl=None``, ``shuffle_minibatches=True``.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -79,6 +81,7 @@ ALGOS = (
     "ippo_async_e20",
     "ippo_e80_sync",
     "ippo_mb256",
+    "ippo_shared_sb3",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -93,10 +96,11 @@ LABELS = {
     "ippo_async_e20": "IPPO, async_training, n_epochs 20",
     "ippo_e80_sync": "IPPO, the defaults before issue 22 (n_epochs 80, synchronous)",
     "ippo_mb256": "IPPO (defaults), minibatches of 256 transitions",
+    "ippo_shared_sb3": "IPPO, each group shares one network, updated as SB3's PPO",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black", "gold",
+    "tab:cyan", "black", "gold", "navy",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -126,6 +130,13 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # Minibatches of 256 transitions: the same as the defaults where an agent's batch is at most 256 (MPE's 8 episodes
     # of 25 steps), more gradient steps per sample on long episodes (multiwalker, pursuit).
     "ippo_mb256": {"batch_size": 256},
+    # The peer's algorithm on IPPO's machinery: each group (pursuit's 8 pursuers, multiwalker's 3 walkers) shares one
+    # network, updated as SB3's PPO updates the peer (10 shuffled passes over minibatches of 256, no KL stop); IPPO's
+    # batch rule (an update after 8 finished episodes of each agent), value scaling and bootstrap otherwise. It tells
+    # how much of a gap to the peer is sharing and update rule, and how much is the rest.
+    "ippo_shared_sb3": {
+        "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
+    },
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
