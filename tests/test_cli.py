@@ -21,6 +21,7 @@ from mpe2 import simple_spread_v3
 
 from sb3_ippo import IPPO, MAPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
+from sb3_ippo.cli.settings import claim_run_folder, numbered_run_folder
 from tests.helpers import assert_same_parameters, parameters
 
 SMALL_ENV = ["--env-kwargs", "N=2", "max_cycles=10"]
@@ -174,6 +175,14 @@ def test_a_second_run_without_out_gets_the_next_numbered_folder(
     assert (tmp_path / "runs" / "ippo_simple_spread_v3_2" / "model.zip").is_file()
 
 
+def test_runs_started_at_once_claim_different_numbered_folders(tmp_path: pathlib.Path) -> None:
+    base = tmp_path / "runs" / "ippo_simple_spread_v3"
+    chosen = [numbered_run_folder(base), numbered_run_folder(base)]  # both runs choose before either creates it
+    assert chosen == [base, base]
+    claimed = [claim_run_folder(base), claim_run_folder(base)]
+    assert claimed == [base, base.with_name("ippo_simple_spread_v3_2")] and all(f.is_dir() for f in claimed)
+
+
 def test_an_out_that_holds_a_model_is_refused_unless_overwrite(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,8 +192,14 @@ def test_an_out_that_holds_a_model_is_refused_unless_overwrite(
     err = usage_error(capsys, ["train", "--out", str(out), *QUICK])
     assert f"argument --out: {out} already holds model.zip from an earlier run" in err and "--overwrite" in err
     assert (out / "model.zip").read_text() == "an earlier run's model"
+    earlier = [out / "checkpoints" / "model_900_steps.zip", out / "eval" / "evaluations.npz", out / "best_model.zip"]
+    for path in [*earlier, out / "notes.txt"]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("an earlier run's file")
     train(out, "--overwrite")
     assert IPPO.load(out / "model.zip").num_timesteps >= 100
+    assert not any(path.exists() for path in earlier), "the earlier run's checkpoints would pass for this run's"
+    assert (out / "notes.txt").read_text() == "an earlier run's file"
 
 
 def test_out_that_is_a_file_is_a_usage_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -145,8 +145,10 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
     game = is_turn_based_vec_env(env)
     result = _evaluate_on_video(model, env, video, args.episodes, deterministic)
     if game:
-        print(f"{heading}: {result.n_episodes} games of the model against itself, "
-              f"{'deterministic' if deterministic else 'stochastic (sampled)'} actions")
+        print(
+            f"{heading}: {result.n_episodes} games of the model against itself, "
+            f"{'deterministic' if deterministic else 'stochastic (sampled)'} actions"
+        )
     else:
         print_evaluation(result, heading)
     print(f"Saved the video of the {result.n_episodes} episodes to {video}")
@@ -185,4 +187,3 @@ def _evaluate_on_video(model: IPPO, env: Any, video: pathlib.Path, episodes: int
                 raise
         pathlib.Path(recorder.video_path).replace(video)
     return result
-

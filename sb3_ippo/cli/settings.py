@@ -143,6 +143,11 @@ class TrainSettings:
         }
 
 
+def default_run_folder(algo: str, env_id: str) -> pathlib.Path:
+    """Where a run without ``--out`` goes, before numbering: ``runs/<algo>_<env name>``."""
+    return pathlib.Path("runs") / f"{algo}_{env_id.split('.')[-1]}"
+
+
 def numbered_run_folder(base: pathlib.Path) -> pathlib.Path:
     """``base`` if it does not exist yet, else the first of ``base_2``, ``base_3``, ... that does not: the default
     ``--out`` of each run, so that a second run never writes over the first (rl-zoo numbers its log folders so)."""
@@ -152,6 +157,18 @@ def numbered_run_folder(base: pathlib.Path) -> pathlib.Path:
     while base.with_name(f"{base.name}_{number}").exists():
         number += 1
     return base.with_name(f"{base.name}_{number}")
+
+
+def claim_run_folder(base: pathlib.Path) -> pathlib.Path:
+    """Create the first free numbered folder of ``base`` (see :func:`numbered_run_folder`) and return it. Creating it
+    is the claim: of two runs started at once, the second finds it taken and goes on to the next number."""
+    while True:
+        folder = numbered_run_folder(base)
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return folder
 
 
 def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainSettings:
@@ -207,7 +224,7 @@ def resolve_train_settings(args: argparse.Namespace, parser: argparse.ArgumentPa
         n_eval_episodes=args.n_eval_episodes,
         eval_episodes=args.eval_episodes,
         wandb_project=args.wandb_project,
-        out=str(args.out or numbered_run_folder(pathlib.Path("runs") / f"{algo}_{env_id.split('.')[-1]}")),
+        out=str(args.out or numbered_run_folder(default_run_folder(algo, env_id))),
         algo=algo,
         critic_input=critic_input,
     )

@@ -17,7 +17,16 @@ import numpy as np
 
 from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
 from sb3_ippo.cli.output import make_logger
-from sb3_ippo.cli.settings import ALGORITHMS, CHECKPOINT_FOLDER, MODEL_FILE, RUN_FILE, TrainSettings, resolve_train_settings
+from sb3_ippo.cli.settings import (
+    ALGORITHMS,
+    CHECKPOINT_FOLDER,
+    MODEL_FILE,
+    RUN_FILE,
+    TrainSettings,
+    claim_run_folder,
+    default_run_folder,
+    resolve_train_settings,
+)
 from sb3_ippo.cli.values import env_error, installed
 from sb3_ippo.env_factory import EnvFactory
 from sb3_ippo.evaluation import evaluate_agents
@@ -167,6 +176,15 @@ def _record_env_in_zip(model_path: pathlib.Path, settings: TrainSettings) -> Non
         archive.writestr(RUN_FILE, json.dumps(settings.to_json(), indent=2))
 
 
+def _remove_earlier_run(out: pathlib.Path) -> None:
+    """``--overwrite``: delete what an earlier run wrote only with some options (its checkpoints, evaluations and best
+    model), which this run might not write again and which would then pass for this run's; the rest it writes anew.
+    Only those files: anything else in the folder stays."""
+    stale = [*(out / CHECKPOINT_FOLDER).glob("model_*_steps.zip"), out / "eval" / "evaluations.npz", out / "best_model.zip"]
+    for path in stale:
+        path.unlink(missing_ok=True)
+
+
 def _plot(out: pathlib.Path, title: str, game: bool) -> None:
     from sb3_ippo.plotting import plot_learning_curve
 
@@ -219,10 +237,17 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     model = _build(settings, env_factory, parser)
     game = is_turn_based_vec_env(model.env)
     settings = settings.with_game_defaults(game)
+    if args.out is None:
+        # The numbered folder chosen above may have been taken since by a run started at the same time.
+        out = claim_run_folder(default_run_folder(settings.algo, settings.env))
+        settings = dataclasses.replace(settings, out=str(out))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        if args.overwrite:
+            _remove_earlier_run(out)
     if settings.wandb_project is not None and settings.tensorboard_log is None:
         # wandb reads the metrics from the TensorBoard events (sync_tensorboard), as in its SB3 integration.
         settings = dataclasses.replace(settings, tensorboard_log=str(out / "tensorboard"))
-    out.mkdir(parents=True, exist_ok=True)
     wandb_run = _start_wandb(settings) if settings.wandb_project is not None else None
     model.set_logger(make_logger(settings, game))  # after wandb.init, which patches TensorBoard's writer
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
