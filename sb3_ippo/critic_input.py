@@ -32,6 +32,9 @@ CriticInputKind = Literal["state", "joint_obs"]
 CRITIC_INPUT_KINDS: tuple[CriticInputKind, ...] = ("state", "joint_obs")
 OBS_KEY = "obs"
 CRITIC_KEY = "critic"
+# The critic is an MLP over a flat vector: a larger input (an image state, e.g. butterfly's 560x880x3 frames) would
+# give every critic a first layer of millions of weights per hidden unit, which exhausts memory before training starts.
+MAX_CRITIC_INPUT = 100_000
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,17 @@ class CriticInputWrapper(BaseParallelWrapper):
             + (len(self._agents) if self.critic_input.agent_id else 0)
             for agent in self._agents
         }
+        largest = max(self._critic_sizes.values())
+        if largest > MAX_CRITIC_INPUT:
+            source = "the env's state()" if self.critic_input.kind == "state" else "every agent's observation"
+            raise ValueError(
+                f"MAPPO's critic input would be {largest:,} values ({source}"
+                + (f", {_state_space(env).shape}" if self.critic_input.kind == "state" else "")
+                + f"), more than {MAX_CRITIC_INPUT:,}: its critics are MLPs over a flat vector, and each would need "
+                f"{largest * 64 * 4 / 1e6:,.0f} MB for its first layer alone (64 units). Use IPPO (e.g. with "
+                "'CnnPolicy' for images), or give the env a smaller state or smaller observations (e.g. SuperSuit's "
+                "resize_v1 and color_reduction_v0 for images)"
+            )
         # One-hot agent ids (critic_agent_id), made once rather than at every step.
         self._one_hots = dict(zip(self._agents, np.eye(len(self._agents), dtype=np.float32), strict=True))
         self._spaces = {

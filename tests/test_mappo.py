@@ -156,6 +156,18 @@ def test_state_on_an_env_without_state_names_joint_obs() -> None:
         make_mappo(DyingAgentsEnv(), critic_input="state")
 
 
+def image_state_spread() -> Any:
+    """simple_spread with a state the size of butterfly's frames (pistonball: 560x880x3)."""
+    env = spread()
+    env.state_space = spaces.Box(0, 255, (560, 880, 3), np.uint8)
+    return env
+
+
+def test_a_critic_input_too_large_for_an_mlp_is_refused_before_any_network_is_built() -> None:
+    with pytest.raises(ValueError, match=r"critic input would be 1,478,400 values .*\(560, 880, 3\).* Use IPPO"):
+        make_mappo(image_state_spread(), critic_input="state")
+
+
 def test_a_vec_env_made_without_the_critic_input_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match=r"make_vec_env\(env_fn, n_envs, critic_input="):
         make_mappo(make_vec_env(spread, n_envs=2), critic_input="state")
