@@ -179,7 +179,8 @@ def build_parser() -> Parsers:
     train.add_argument(
         "--overwrite",
         action="store_true",
-        help="let --out be a folder that holds a model from an earlier run, and replace that run's files",
+        help="let --out be a folder that holds a model from an earlier run, and replace that run's files (its "
+        "checkpoints, evaluations and best model are deleted first; other files in the folder stay)",
     )
     train.add_argument(
         "--log-interval",
