@@ -10,6 +10,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ippo import IPPO
@@ -270,3 +271,34 @@ def test_mappo_vs_ippo_reads_windows_of_recorded_runs(tmp_path: Path) -> None:
     text = load_benchmark("mappo_vs_ippo").main(argv)
     # (900, 1000]: the episodes ending at 925, 950, 975, 1000 (i = 36..39): mean -37.5 for IPPO, -36.5 for MAPPO.
     assert "-37.50" in text and "-36.50" in text and "seeds: ippo 0; mappo 0" in text
+
+
+def test_pursuit_gap_cuts_every_copy_on_sb3s_rollout_cadence(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sb3_ippo.buffer import AgentEpisodeBuffer
+
+    # The script patches the buffer class in place: monkeypatch puts the original back afterwards.
+    monkeypatch.setattr(AgentEpisodeBuffer, "add", AgentEpisodeBuffer.add)
+    load_benchmark("pursuit_gap").sb3_rollout_cadence()
+    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
+    obs = np.zeros((1, 2), dtype=np.float32)
+    # An episode of 6 steps, then 2 steps of the next: SB3 cuts at steps 4 and 8 of the copy, across the episode end.
+    for step in range(1, 9):
+        ended = np.array([step == 6])
+        buffer.add(
+            np.array([True]), obs, np.array([0]), np.ones(1), np.zeros(1), np.zeros(1), ended, np.array([False]), obs, {}, 0
+        )
+
+    assert [len(t) for t in buffer.finished] == [4, 2, 2]
+    assert [t.terminated for t in buffer.finished] == [False, True, False]
+    assert buffer.finished[2].bootstrap_obs is not None
+
+
+def test_pursuit_gap_normalizes_advantages_per_minibatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sb3_ippo.update import ppo as ppo_module
+
+    seen: list[th.Tensor] = []
+    monkeypatch.setattr(ppo_module, "_losses", lambda policy, batch, advantages, *clip: seen.append(advantages))
+    load_benchmark("pursuit_gap").per_minibatch_advantages()
+    ppo_module._losses(None, None, th.tensor([1.0, 2.0, 3.0]), 0.2, None)
+
+    np.testing.assert_allclose(seen[0].numpy(), [-1.0, 0.0, 1.0], atol=1e-6)
