@@ -138,6 +138,8 @@ def run(variant: str, seed: int, timesteps: int) -> dict[str, Any]:
         "seed": seed,
         "bins": bins(recorder.episodes, timesteps),
         "last_10pct": round(float(returns[last].mean()), 1) if last.any() else None,
+        # Updates within the budget: the peer's come every 256 steps of its 8 copies (SB3 then trains once more on the
+        # rollout that crosses the budget, past the last episode counted here).
         "updates": model.policy_version if not stacked else timesteps // (256 * N_ENVS),
         "eval_stochastic": evaluate(False),
         "eval_deterministic": evaluate(True),
