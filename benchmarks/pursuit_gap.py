@@ -30,7 +30,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from sb3_ippo.update import ppo as ppo_module
 VARIANTS = ("peer", "as_peer", "sb3_update", "sb3_cadence")
 ENV_KWARGS = {"max_cycles": 500}
 N_ENVS, BIN = 8, 5_000
+PEER_N_STEPS, PEER_BATCH_SIZE = 256, 256  # the peer of benchmarks/learning.py and time_to_quality.py
 
 
 def per_minibatch_advantages() -> None:
@@ -95,7 +95,7 @@ def train(variant: str, seed: int, timesteps: int) -> tuple[Any, common.EpisodeR
     if variant == "peer":
         vec_env = common.peer_vec_env(pursuit_v5.parallel_env(**ENV_KWARGS), N_ENVS, seed)
         recorder = common.EpisodeRecorder(agents, peer=True)
-        peer = common.make_peer(vec_env, seed, n_steps=256, batch_size=256)
+        peer = common.make_peer(vec_env, seed, n_steps=PEER_N_STEPS, batch_size=PEER_BATCH_SIZE)
         peer.learn(timesteps * len(agents), callback=recorder)
         return peer, recorder, True
     settings = {**learning.IPPO_VARIANTS["ippo_as_peer"], "async_training": False}
@@ -111,23 +111,15 @@ def train(variant: str, seed: int, timesteps: int) -> tuple[Any, common.EpisodeR
     return model, recorder, False
 
 
-def bins(episodes: Sequence[dict[str, float]], timesteps: int) -> list[float | None]:
-    steps = np.array([e["env_steps"] for e in episodes])
-    returns = np.array([e["team_return"] for e in episodes])
-    means: list[float | None] = []
-    for low in range(0, timesteps, BIN):
-        inside = (steps > low) & (steps <= low + BIN)
-        means.append(round(float(returns[inside].mean()), 1) if inside.any() else None)
-    return means
-
-
 def run(variant: str, seed: int, timesteps: int) -> dict[str, Any]:
     start = time.perf_counter()
     model, recorder, stacked = train(variant, seed, timesteps)
     seconds = time.perf_counter() - start
-    steps = np.array([e["env_steps"] for e in recorder.episodes])
-    returns = np.array([e["team_return"] for e in recorder.episodes])
-    last = steps > 0.9 * timesteps
+    # The learning comparison's readers: mean team return per bin of env steps, and over the last 10% of the budget.
+    result, agents = {"episodes": recorder.episodes}, list(pursuit_v5.parallel_env(**ENV_KWARGS).possible_agents)
+    ends, means = learning.binned_curve(result, agents, BIN, timesteps)
+    by_end = dict(zip(ends.tolist(), means.tolist(), strict=True))
+    has_tail = any(0.9 * timesteps < e["env_steps"] <= timesteps for e in recorder.episodes)
 
     def evaluate(deterministic: bool) -> float:
         env = pursuit_v5.parallel_env(**ENV_KWARGS)
@@ -136,11 +128,11 @@ def run(variant: str, seed: int, timesteps: int) -> dict[str, Any]:
     return {
         "variant": variant,
         "seed": seed,
-        "bins": bins(recorder.episodes, timesteps),
-        "last_10pct": round(float(returns[last].mean()), 1) if last.any() else None,
-        # Updates within the budget: the peer's come every 256 steps of its 8 copies (SB3 then trains once more on the
-        # rollout that crosses the budget, past the last episode counted here).
-        "updates": model.policy_version if not stacked else timesteps // (256 * N_ENVS),
+        "bins": [round(by_end[end], 1) if end in by_end else None for end in range(BIN, timesteps + 1, BIN)],
+        "last_10pct": round(learning.final_training_return(result, agents, timesteps), 1) if has_tail else None,
+        # Updates within the budget: the peer's come every PEER_N_STEPS steps of its copies (SB3 then trains once more on
+        # the rollout that crosses the budget, past the last episode counted here).
+        "updates": model.policy_version if not stacked else timesteps // (PEER_N_STEPS * N_ENVS),
         "eval_stochastic": evaluate(False),
         "eval_deterministic": evaluate(True),
         "seconds": round(seconds),
