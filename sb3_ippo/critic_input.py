@@ -98,8 +98,10 @@ class CriticInputWrapper(BaseParallelWrapper):
         if self.critic_input.kind == "state":
             state_space = _state_space(env)
             size += _flat_box(state_space, "The env's state_space")
+            source = f"the env's state(), {state_space.shape}"
         else:
             size += sum(self._obs_sizes.values()) + len(self._agents)
+            source = "every agent's observation"
         self._critic_sizes = {
             agent: size
             + (self._obs_sizes[agent] if self.critic_input.own_obs else 0)
@@ -108,11 +110,9 @@ class CriticInputWrapper(BaseParallelWrapper):
         }
         largest = max(self._critic_sizes.values())
         if largest > MAX_CRITIC_INPUT:
-            source = "the env's state()" if self.critic_input.kind == "state" else "every agent's observation"
             raise ValueError(
-                f"MAPPO's critic input would be {largest:,} values ({source}"
-                + (f", {_state_space(env).shape}" if self.critic_input.kind == "state" else "")
-                + f"), more than {MAX_CRITIC_INPUT:,}: its critics are MLPs over a flat vector, and each would need "
+                f"MAPPO's critic input would be {largest:,} values ({source}), more than {MAX_CRITIC_INPUT:,}: its "
+                "critics are MLPs over a flat vector, and each would need "
                 f"{largest * 64 * 4 / 1e6:,.0f} MB for its first layer alone (64 units). Use IPPO (e.g. with "
                 "'CnnPolicy' for images), or give the env a smaller state or smaller observations (e.g. SuperSuit's "
                 "resize_v1 and color_reduction_v0 for images)"
