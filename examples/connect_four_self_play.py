@@ -45,9 +45,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    # One torch thread: many times faster than one per core on a busy machine (measured in simple_spread.py).
-    th.set_num_threads(1)
-
     env = make_vec_env(connect_four_v3.env, n_envs=8, seed=args.seed)
     model = IPPO(
         "MlpPolicy",

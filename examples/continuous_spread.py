@@ -15,7 +15,6 @@ import pathlib
 import time
 from collections.abc import Sequence
 
-import torch as th
 from mpe2 import simple_spread_v3
 
 from sb3_ippo import IPPO, evaluate_policy, make_vec_env
@@ -30,9 +29,6 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--out", default="runs/examples", help="folder of the saved model (default: runs/examples)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
-    # One torch thread: many times faster than one per core on a busy machine (measured in simple_spread.py).
-    th.set_num_threads(1)
 
     env = make_vec_env(simple_spread_v3.parallel_env, n_envs=8, seed=args.seed, env_kwargs=ENV_KWARGS)
     # At most 20 passes per update (IPPO's default) at a learning rate of 1e-3 instead of the default 3e-4, as in

@@ -25,7 +25,6 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 import supersuit as ss
-import torch as th
 from pettingzoo import ParallelEnv
 from pettingzoo.butterfly import pistonball_v6
 
@@ -50,10 +49,6 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--out", default="runs/examples", help="folder of the saved model (default: runs/examples)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
-    # One torch thread. Alone on an idle 2-core machine, two threads train about 15% faster; but two runs side by
-    # side with two threads each took 450 s for 2,000 env steps, against 25 s with one thread each (measured).
-    th.set_num_threads(1)
 
     env = make_vec_env(make_pistonball, n_envs=4, seed=args.seed, env_kwargs=ENV_KWARGS)
     # An update every 4 episodes per agent (4 copies: 500 transitions), 10 passes in minibatches of 250: a CNN pass

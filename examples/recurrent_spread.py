@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import supersuit as ss
-import torch as th
 from gymnasium import spaces
 from mpe2 import simple_spread_v3
 from pettingzoo import ParallelEnv
@@ -64,7 +63,6 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--out", default="runs/examples", help="folder of the saved model (default: runs/examples)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    th.set_num_threads(1)  # small networks: one torch thread is faster on a busy machine (see simple_spread.py)
 
     env = make_vec_env(partially_observable_spread, n_envs=8, seed=args.seed)
     # An LSTM of 64 units after the features, then one hidden layer of 64 (actor and critic have their own LSTM).

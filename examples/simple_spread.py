@@ -15,7 +15,6 @@ import pathlib
 import time
 from collections.abc import Sequence
 
-import torch as th
 from mpe2 import simple_spread_v3
 
 from sb3_ippo import IPPO, evaluate_policy, make_vec_env
@@ -30,11 +29,6 @@ def main(argv: Sequence[str] | None = None) -> float:
     parser.add_argument("--out", default="runs/examples", help="folder of the saved model (default: runs/examples)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
-    # One torch thread, not torch's default of one per core: as soon as other processes want the cores, threads
-    # that wait for each other make every small update crawl (measured on a busy 2-core machine, 2,000 env steps
-    # of simple_spread with IPPO's earlier defaults, 80 passes per update: 41 s with one thread, 469 s with two).
-    th.set_num_threads(1)
 
     env = make_vec_env(simple_spread_v3.parallel_env, n_envs=8, seed=args.seed, env_kwargs=ENV_KWARGS)
     # An update every 8 finished episodes per agent (200 transitions each) and at most 20 passes, as IPPO's defaults

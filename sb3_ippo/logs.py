@@ -1,18 +1,21 @@
 """What IPPO writes to SB3's logger: per-update statistics (``train/``) and rollout and time statistics (``rollout/``,
-``time/``), for the team, each agent and each group, with keys that fit SB3's 36-character stdout column."""
+``time/``), for the team, each agent and each group, with keys that fit SB3's 36-character stdout column; and how
+often SB3's stdout table is printed, since IPPO's updates come far more often than SB3's rollouts."""
 
 from __future__ import annotations
 
 import re
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_ippo.types import AgentID
 from sb3_ippo.update.trainer import UpdateJob
+from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 
 if TYPE_CHECKING:
     from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
@@ -20,6 +23,53 @@ if TYPE_CHECKING:
 # SB3's stdout logger truncates keys to 36 characters: per-agent keys are built to fit.
 MAX_LOG_KEY_LENGTH = 36
 _LONGEST_KEY_PARTS = len("rollout/") + len("/ep_rew_mean")
+# At verbose=1, SB3's stdout table comes about this many times in one learn (and first after the first update), and
+# never more often than every MIN_PRINT_EVERY env steps: an update every 200 env steps (simple_spread's defaults)
+# would otherwise print 1,000 tables of 30 lines in a 200,000-step run. progress.csv and TensorBoard get every dump.
+TABLES_PER_LEARN = 10
+MIN_PRINT_EVERY = 10_000
+
+
+def print_every(timesteps: int) -> int:
+    """At ``verbose=1``, the env steps between two stdout tables of a ``learn`` of ``timesteps`` env steps."""
+    return max(MIN_PRINT_EVERY, timesteps // TABLES_PER_LEARN)
+
+
+def is_due(every: int, last_step: int | None, step: int) -> bool:
+    """Whether a dump at ``step`` is printed: the first one, then the first at or after each multiple of ``every``
+    env steps (``every`` 0: all of them), so the tables come at a steady interval whatever the update size."""
+    return last_step is None or every == 0 or step // every > last_step // every
+
+
+class ThrottledHumanOutputFormat(HumanOutputFormat):
+    """SB3's stdout table, printed only when :func:`is_due`. Writes to the ``sys.stdout`` of the moment, so that the
+    rich progress bar (which redirects stdout while it is shown) keeps the table above the bar."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__(sys.stdout)
+        self.every = every
+        self.last_step: int | None = None
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0) -> None:
+        if not is_due(self.every, self.last_step, step):
+            return
+        self.last_step = step
+        self.file = sys.stdout  # type: ignore[assignment]  # SB3 annotates it TextIOWrapper; any text file works
+        super().write(key_values, key_excluded, step)
+
+    def write_sequence(self, sequence: list[Any]) -> None:
+        self.file = sys.stdout  # type: ignore[assignment]  # SB3 annotates it TextIOWrapper; any text file works
+        super().write_sequence(sequence)
+
+
+def throttle_stdout(logger: Logger, every: int) -> None:
+    """Print ``logger``'s stdout table (SB3's, as ``verbose=1`` configures it) only every ``every`` env steps."""
+    logger.output_formats = [
+        ThrottledHumanOutputFormat(every)
+        if type(output) is HumanOutputFormat and output.file is sys.stdout  # type: ignore[comparison-overlap]
+        else output
+        for output in logger.output_formats
+    ]
 
 
 def log_names(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -102,3 +152,23 @@ def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
     model.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
     model.logger.record("time/total_timesteps", model.num_timesteps, exclude="tensorboard")
     model.logger.dump(step=model.num_timesteps)
+
+
+def learned_summary(model: MultiAgentOnPolicyAlgorithm) -> str:
+    """One line on what a ``learn`` achieved: env steps, time, speed, updates and the latest team return."""
+    assert model.ep_info_buffer is not None
+    steps = model.num_timesteps - model._num_timesteps_at_start
+    seconds = max((time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon)
+    minutes, rest = divmod(round(seconds), 60)
+    parts = [
+        f"{type(model).__name__} learned {steps:,} env steps in {minutes}:{rest:02d} ({int(steps / seconds):,} env steps/s)",
+        f"{model._n_updates:,} updates in all (policy_version {model.policy_version})",
+    ]
+    if model.env is not None and is_turn_based_vec_env(model.env):
+        pass  # A game's team return is 0 whoever wins: evaluate_policy(..., opponent=...) scores it.
+    elif len(model.ep_info_buffer) > 0:
+        team_return = safe_mean([info["r"] for info in model.ep_info_buffer])
+        parts.append(f"team return {team_return:.2f} (mean of the last {len(model.ep_info_buffer)} episodes)")
+    else:
+        parts.append("no episode finished")
+    return "; ".join(parts)

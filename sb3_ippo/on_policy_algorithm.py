@@ -32,11 +32,12 @@ from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
 from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
 from sb3_ippo.export import export_agent
 from sb3_ippo.groups import AgentGroup
-from sb3_ippo.logs import dump_logs, record_update
+from sb3_ippo.logs import dump_logs, learned_summary, print_every, record_update, throttle_stdout
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action
 from sb3_ippo.recurrent import PredictState, check_predict_state, is_recurrent, predict_recurrent
 from sb3_ippo.self_play import FrozenSeats
+from sb3_ippo.threads import learn_threads
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.update.ppo import UpdateStats
@@ -288,11 +289,30 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         if not isinstance(total_timesteps, numbers.Real) or isinstance(total_timesteps, bool) or not total_timesteps >= 1:
             raise ValueError(f"total_timesteps must be a positive number of env steps, got {total_timesteps!r}")
         self._check_hyperparameters()
+        with learn_threads() as threads:
+            return self._learn(
+                total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, threads
+            )
+
+    def _learn(
+        self: SelfOnPolicy,
+        total_timesteps: int,
+        callback: MaybeCallback,
+        log_interval: int,
+        tb_log_name: str,
+        reset_num_timesteps: bool,
+        progress_bar: bool,
+        threads: int,
+    ) -> SelfOnPolicy:
+        """``learn``'s loop, run with ``threads`` torch threads (``sb3_ippo.threads``)."""
+        assert self.env is not None
         updates_at_start = self._n_updates
         previous_obs = self._last_obs
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
+        if self.verbose == 1 and not self._custom_logger:
+            throttle_stdout(self.logger, print_every(total_timesteps - self.num_timesteps))
         if self._last_obs is not previous_obs:
             # The env copies were reset: the trajectories in progress cannot continue.
             for buffer in self.buffers.values():
@@ -303,7 +323,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         finished_last, interrupted = False, True
         try:
-            self._learner = self._start_learner(total_timesteps - self.num_timesteps)
+            self._learner = self._start_learner(total_timesteps - self.num_timesteps, threads)
             while self.num_timesteps < total_timesteps:
                 if not self.collect_rollouts(self.env, callback, total_timesteps):
                     break
@@ -334,6 +354,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
             self.dump_logs(iteration)
         if self._n_updates == updates_at_start and self.num_timesteps >= total_timesteps:
             self._warn_no_update()
+        if self.verbose >= 1:
+            self.logger.info(learned_summary(self))
         callback.on_training_end()
         return self
 
@@ -346,8 +368,9 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         self._last_obs = None
         self._reset_recurrent_states()
 
-    def _start_learner(self, timesteps: int) -> LearnerProcess | None:
-        """The learner process of this ``learn`` (``async_training``), or None to update in this process.
+    def _start_learner(self, timesteps: int, threads: int) -> LearnerProcess | None:
+        """The learner process of this ``learn`` (``async_training``), running ``threads`` torch threads, or None to
+        update in this process.
 
         With ``"auto"``: a learner for ``timesteps`` of at least ``AUTO_MIN_TIMESTEPS`` where this process can run one
         beside it (two cores, not a daemonic process) and ``max_version_lag`` allows it; where the policies cannot
@@ -360,13 +383,13 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
             if timesteps < AUTO_MIN_TIMESTEPS or self.max_version_lag < 1 or why_no_learner() is not None:
                 return None
             try:
-                return LearnerProcess(self._trainer)
+                return LearnerProcess(self._trainer, threads)
             except (TypeError, RuntimeError) as error:
                 message = f'async_training="auto": the updates run in this process, not a learner process: {error}'
                 self.logger.warn(message)
                 warnings.warn(message, UserWarning, stacklevel=3)
                 return None
-        return LearnerProcess(self._trainer)
+        return LearnerProcess(self._trainer, threads)
 
     def _warn_no_update(self) -> None:
         """Say (SB3 logger and ``warnings``) that ``learn`` spent its budget without a single update, and what would

@@ -6,53 +6,20 @@ from __future__ import annotations
 
 import os
 import pathlib
-import sys
 from typing import Any
 
-from stable_baselines3.common.logger import (
-    CSVOutputFormat,
-    HumanOutputFormat,
-    KVWriter,
-    Logger,
-    SeqWriter,
-    TensorBoardOutputFormat,
-)
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, SeqWriter, TensorBoardOutputFormat
 
 from sb3_ippo.cli.settings import TrainSettings
-
-
-def _due(every: int, last_step: int | None, step: int) -> bool:
-    """Whether a dump at ``step`` is printed: the first one, then the first at or after each multiple of ``every``
-    env steps (``every`` 0: all of them), so the lines come at a steady interval whatever the update size."""
-    return last_step is None or every == 0 or step // every > last_step // every
-
-
-class ThrottledHumanOutputFormat(HumanOutputFormat):
-    """SB3's stdout table, printed only when :func:`_due`. Writes to the ``sys.stdout`` of the moment, so that the
-    rich progress bar (which redirects stdout while it is shown) keeps the table above the bar."""
-
-    def __init__(self, every: int) -> None:
-        super().__init__(sys.stdout)
-        self.every = every
-        self.last_step: int | None = None
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0) -> None:
-        if not _due(self.every, self.last_step, step):
-            return
-        self.last_step = step
-        self.file = sys.stdout  # type: ignore[assignment]  # SB3 annotates it TextIOWrapper; any text file works
-        super().write(key_values, key_excluded, step)
-
-    def write_sequence(self, sequence: list[Any]) -> None:
-        self.file = sys.stdout  # type: ignore[assignment]  # SB3 annotates it TextIOWrapper; any text file works
-        super().write_sequence(sequence)
+from sb3_ippo.logs import ThrottledHumanOutputFormat, is_due
 
 
 class SummaryLineOutputFormat(KVWriter, SeqWriter):
-    """One line per :func:`_due` dump: env steps against the budget, the team return (for a game, whose team return
-    is 0 whoever wins, the last win rate against a random player instead, when ``--eval-freq`` measured one), the
-    episode length, the policy version, the approximate KL and the speed. Messages of ``logger.log`` are printed
-    as they come. Each value is the latest logged: an evaluation's dump (``--eval-freq``) holds no rollout keys."""
+    """One line per :func:`sb3_ippo.logs.is_due` dump: env steps against the budget, the team return (for a game,
+    whose team return is 0 whoever wins, the last win rate against a random player instead, when ``--eval-freq``
+    measured one), the episode length, the policy version, the approximate KL and the speed. Messages of
+    ``logger.log`` are printed as they come. Each value is the latest logged: an evaluation's dump (``--eval-freq``)
+    holds no rollout keys."""
 
     def __init__(self, every: int, total_timesteps: int, game: bool) -> None:
         self.every = every
@@ -63,7 +30,7 @@ class SummaryLineOutputFormat(KVWriter, SeqWriter):
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0) -> None:
         self.latest.update(key_values)
-        if not _due(self.every, self.last_step, step):
+        if not is_due(self.every, self.last_step, step):
             return
         self.last_step = step
         print(self.line(self.latest, step), flush=True)

@@ -51,11 +51,11 @@ def why_no_learner() -> str | None:
     return None
 
 
-def _learner_main(connection: Connection) -> None:
+def _learner_main(connection: Connection, threads: int) -> None:
     """The learner process: receive the trainer, then answer each job with its result until told to stop (None) or
     the connection closes. An exception in an update is sent back as its traceback, and the process ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the main process, which then stops this one.
-    th.set_num_threads(1)
+    th.set_num_threads(threads)
     th.manual_seed(0)  # Nothing in an update should draw from it; if something does, runs stay reproducible.
     try:
         trainer: Trainer = pickle.loads(connection.recv_bytes())
@@ -130,6 +130,7 @@ class LearnerProcess:
     from importable modules.
 
     :param trainer: Pickled and sent once; the child trains its copy from then on.
+    :param threads: The child's torch thread count (``learn``'s: ``sb3_ippo.threads``).
     :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
     :raises RuntimeError: if the trainer holds a class defined in an interactive session (a notebook), which no other
         process can import, or in a script without ``if __name__ == "__main__":``, which the learner cannot import
@@ -137,7 +138,7 @@ class LearnerProcess:
         daemonic process, which may not start one.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Trainer, threads: int = 1) -> None:
         try:
             payload = pickle.dumps(trainer, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -171,7 +172,9 @@ class LearnerProcess:
             )
         context = th.multiprocessing.get_context("spawn")
         self._connection, child_connection = context.Pipe()
-        self.process = context.Process(target=_learner_main, args=(child_connection,), name="ippo-learner", daemon=True)
+        self.process = context.Process(
+            target=_learner_main, args=(child_connection, threads), name="ippo-learner", daemon=True
+        )
         with _main_module_hidden(not needs_main):
             self.process.start()
         child_connection.close()
