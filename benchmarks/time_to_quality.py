@@ -25,6 +25,10 @@ The algorithms (``--algos``):
   dependency and installs beside torch on CPU; BenchMARL needs TorchRL's PettingZoo env and its own task configs,
   and its versions pin torch. Not on pistonball: skrl flattens image observations, a CNN would have to be written.
 
+- ``env`` (``--throughput`` only; learning runs skip it): the env layer alone, IPPO's vec env on the same copies
+  stepped with random actions drawn beforehand. IPPO's rate divided by this one (``x env``) is how close learning
+  comes to its physical limit, where acting and updating would cost nothing (issue 32).
+
 All run ``n_envs`` copies in-process (IPPO's ``"dummy"`` vec env; the peer's ``concat_vec_envs_v1(num_cpus=0)``)
 and one torch thread per process (IPPO's learner process, where it has one, included).
 
@@ -88,6 +92,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +116,7 @@ from sb3_ippo import IPPO, MAPPO, make_vec_env
 
 # IPPO's rows: its defaults ("ippo") and the variants of the learning comparison (benchmarks/learning.py), for screens.
 IPPO_ALGOS = tuple(learning.IPPO_VARIANTS)
-ALGOS = (*IPPO_ALGOS, "mappo", "peer", "peer_sb3_defaults", "skrl")
+ALGOS = (*IPPO_ALGOS, "mappo", "peer", "peer_sb3_defaults", "skrl", "env")
 DEFAULT_ALGOS = ("ippo", "peer", "peer_sb3_defaults", "skrl")
 # The learning comparison's peer (benchmarks/learning.py: --peer-n-steps 256, --peer-batch-size 256); the rest SB3's.
 PEER_SETTINGS: dict[str, dict[str, Any]] = {
@@ -127,6 +132,7 @@ LABELS = {
     "peer": "SB3 PPO + SuperSuit (n_steps 256/entry, batch 256)",
     "peer_sb3_defaults": "SB3 PPO + SuperSuit (SB3 defaults: n_steps 2048, batch 64)",
     "skrl": "skrl IPPO (1 copy, rollouts 256 x n_envs, 10 epochs, batch 256)",
+    "env": "the env layer alone: IPPO's vec env, same copies, random actions, no learning (--throughput only)",
 }
 COLORS = {
     **{algo: learning.COLORS[algo] for algo in IPPO_ALGOS},
@@ -134,6 +140,7 @@ COLORS = {
     "peer": "tab:orange",
     "peer_sb3_defaults": "tab:red",
     "skrl": "tab:green",
+    "env": "tab:gray",
 }
 # The smoke run's peer: an update after 25 steps of each entry, in minibatches of 50 (the benchmark tests' TINY).
 SMOKE_PEER = {"n_steps": 25, "batch_size": 50}
@@ -141,7 +148,7 @@ SMOKE_PEER = {"n_steps": 25, "batch_size": 50}
 
 def label(algo: str, smoke: bool) -> str:
     """The configuration named beside every figure (``--smoke`` shrinks the peer's and skrl's rollouts)."""
-    if smoke and algo not in (*IPPO_ALGOS, "mappo"):
+    if smoke and algo not in (*IPPO_ALGOS, "mappo", "env"):
         return f"{LABELS[algo]}; --smoke: n_steps {SMOKE_PEER['n_steps']}/entry, batch {SMOKE_PEER['batch_size']}"
     return LABELS[algo]
 
@@ -307,7 +314,25 @@ def build(algo: str, task_name: str, seed: int, smoke: bool) -> Learner:
             skrl.learn(steps)
 
         return Learner(learn_skrl, lambda: clock.episodes, lambda agent, obs: skrl.act(agent, obs, deterministic=True))
+    if algo == "env":
+        env = make_vec_env(task.make_env, n_envs=n_envs, seed=seed, env_kwargs=kwargs)
+        return Learner(partial(step_randomly, env, seed), lambda: [], lambda agent, obs: None)
     raise ValueError(f"unknown algorithm {algo!r}: one of {ALGOS}")
+
+
+def step_randomly(env: Any, seed: int, env_steps: int) -> None:
+    """The ``env`` row's ``learn``: ``env_steps`` env steps of the copies with random actions, drawn before the clock
+    starts (64 batches, cycled), so that the figure is the env layer's alone: what IPPO's ``learn`` would reach if
+    acting and updating cost nothing."""
+    n_batches = 64
+    batches = {}
+    for agent in env.possible_agents:
+        space = env.action_spaces[agent]
+        space.seed(seed)
+        batches[agent] = np.stack([np.stack([space.sample() for _ in range(env.num_envs)]) for _ in range(n_batches)])
+    env.reset()
+    for step in range(-(-env_steps // env.num_envs)):
+        env.step_agents({agent: actions[step % n_batches] for agent, actions in batches.items()})
 
 
 def evaluate(learner: Learner, task_name: str, n_episodes: int, seed: int, smoke: bool) -> dict[str, float]:
@@ -577,17 +602,19 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
                     learner.learn(args.throughput_steps)
                 rates[algo].append(args.throughput_steps / (time.perf_counter() - start))
         peer = statistics.median(rates["peer"]) if rates.get("peer") else float("nan")
+        env_layer = statistics.median(rates["env"]) if rates.get("env") else float("nan")
         for algo, values in rates.items():
             median = statistics.median(values)
             rows.append({"task": task_name, "algo": algo, "env_steps_per_s": median, "min": min(values), "max": max(values),
-                         "ratio_to_peer": median / peer, "rounds": len(values), "env_steps_per_round": args.throughput_steps,
-                         "configuration": label(algo, args.smoke)})
+                         "ratio_to_peer": median / peer, "ratio_to_env": median / env_layer, "rounds": len(values),
+                         "env_steps_per_round": args.throughput_steps, "configuration": label(algo, args.smoke)})
     lines = [common.machine_description(),
              f"env steps/s, median over {args.rounds} rounds of {args.throughput_steps:,} env steps (fresh learners, order "
-             "rotated every round); ratio: to the 'peer' row (its configuration beside it).",
-             f"{'task':<27}{'algorithm':<19}{'env steps/s':>12}{'min':>9}{'max':>9}{'x peer':>8}  configuration"]
+             "rotated every round); ratios: to the 'peer' row (its configuration beside it), and to the 'env' row (the "
+             "env layer alone with random actions: the physical limit of learning on those copies).",
+             f"{'task':<27}{'algorithm':<19}{'env steps/s':>12}{'min':>9}{'max':>9}{'x peer':>8}{'x env':>7}  configuration"]
     lines += [f"{r['task']:<27}{r['algo']:<19}{r['env_steps_per_s']:>12,.0f}{r['min']:>9,.0f}{r['max']:>9,.0f}"
-              f"{r['ratio_to_peer']:>8.2f}  {r['configuration']}" for r in rows]
+              f"{r['ratio_to_peer']:>8.2f}{r['ratio_to_env']:>7.2f}  {r['configuration']}" for r in rows]
     text = "\n".join(lines)
     print(text)
     common.write_results(args.out, "throughput", text, rows)
@@ -639,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         task = TASKS[task_name]
         smoke_steps = 8 * task.kwargs(True).get("max_cycles", 25)  # 8 episodes in all (4 per copy): one IPPO update
         timesteps = args.timesteps or (smoke_steps if args.smoke else task.timesteps)
-        algos = [algo for algo in args.algos if algo != "skrl" or task.skrl]
+        algos = [algo for algo in args.algos if (algo != "skrl" or task.skrl) and algo != "env"]
         for seed in range(args.seed_offset, args.seed_offset + args.seeds):
             # The peer first: its time is the reference of the equal-time figure.
             for algo in sorted(algos, key=lambda a: a != "peer"):
