@@ -302,3 +302,16 @@ def test_pursuit_gap_normalizes_advantages_per_minibatch(monkeypatch: pytest.Mon
     ppo_module._losses(None, None, th.tensor([1.0, 2.0, 3.0]), 0.2, None)
 
     np.testing.assert_allclose(seen[0].numpy(), [-1.0, 0.0, 1.0], atol=1e-6)
+
+
+def test_time_to_quality_throughput_states_the_ratio_to_the_env_layer_alone(tmp_path: Path) -> None:
+    rows = load_benchmark("time_to_quality").main(
+        ["--smoke", "--throughput", "--tasks", "simple_spread_v3", "--algos", "ippo", "env", "--rounds", "1",
+         "--throughput-steps", "200", "--out", str(tmp_path)]
+    )
+    by_algo = {row["algo"]: row for row in rows}
+    assert by_algo["env"]["ratio_to_env"] == 1.0
+    assert by_algo["ippo"]["ratio_to_env"] == pytest.approx(
+        by_algo["ippo"]["env_steps_per_s"] / by_algo["env"]["env_steps_per_s"]
+    )
+    assert "x env" in (tmp_path / "throughput.txt").read_text()
