@@ -458,6 +458,12 @@ BAD_TRAIN_OPTIONS = [
     (["--max-buffered-episodes", "1", "--n-episodes", "4"], "max_buffered_episodes (1) must be at least n_episodes (4)"),
     (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
     (["--env", "no_such_package.some_env"], "pip install no_such_package"),
+    # An older version of a PettingZoo env: PettingZoo's own hint, and the module to give.
+    (["--env", "pettingzoo.sisl.pursuit_v4"],
+     "argument --env: Cannot import the env module 'pettingzoo.sisl.pursuit_v4': pursuit_v4 is now deprecated, use "
+     "pursuit_v5 instead (--env pettingzoo.sisl.pursuit_v5)"),
+    (["--env", "pettingzoo.butterfly.knights_archers_zombies_v10"],
+     "knights_archers_zombies_v10 is now deprecated, use knights_archers_zombies_v11 instead"),
     (["--env", "pettingzoo.utils"], "has neither parallel_env() nor env()"),
     (["--env-kwargs", "N=many"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'many'}"),
     (["--env-kwargs", "colour=1"], "unexpected keyword argument 'colour'"),
