@@ -565,7 +565,11 @@ def test_evaluate_a_zip_saved_from_python_asks_for_the_env(tmp_path: pathlib.Pat
 
 @pytest.mark.parametrize(
     ("target", "message"),
-    [("nothing.zip", "No model at"), ("folder", "has no model.zip"), ("notes.txt", "is not a model saved by IPPO")],
+    [
+        ("nothing.zip", "No model at"),
+        ("folder", "has no model.zip"),
+        ("notes.txt", "is neither a zip nor a safetensors model file"),
+    ],
 )
 def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str, message: str
@@ -573,6 +577,15 @@ def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     (tmp_path / "folder").mkdir()
     (tmp_path / "notes.txt").write_text("not a model")
     assert message in usage_error(capsys, ["evaluate", str(tmp_path / target), "--env", "mpe2.simple_spread_v3"])
+
+
+def test_evaluating_a_truncated_model_says_it_is_damaged(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model_file = train(tmp_path / "run") / "model.zip"
+    content = model_file.read_bytes()
+    for kept in (0.5, 0.9):
+        model_file.write_bytes(content[: int(len(content) * kept)])
+        err = usage_error(capsys, ["evaluate", str(model_file)])
+        assert f"argument model: {model_file} is a damaged zip, cut short" in err, err
 
 
 BAD_EVALUATE_OPTIONS = [

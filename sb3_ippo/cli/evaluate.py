@@ -23,6 +23,7 @@ from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_polic
 from sb3_ippo.hyperparams.text import parse_wrapper
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.ippo import IPPO
+from sb3_ippo.serialization import ModelFileError, check_zip_file
 from sb3_ippo.vec_env import make_vec_env
 
 
@@ -58,8 +59,11 @@ def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.
         return path.with_suffix(".zip")
     if not path.is_file():
         parser.error(f"argument model: No model at {path}")
-    if path.suffix != ".safetensors" and not zipfile.is_zipfile(path):
-        parser.error(f"argument model: {path} is not a model saved by IPPO (a .zip or a .safetensors file)")
+    if path.suffix != ".safetensors":
+        try:
+            check_zip_file(path)
+        except ModelFileError as error:
+            parser.error(f"argument model: {error}; a model is a .zip or .safetensors file saved by IPPO")
     return path
 
 
@@ -125,6 +129,9 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
             model: IPPO = mappo
         else:
             model = IPPO.load(model_path, env=env, device=args.device)
+    except ModelFileError as error:
+        env.close()
+        parser.error(f"argument model: {error}")
     except ValueError as error:
         env.close()
         parser.error(
