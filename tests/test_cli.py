@@ -19,6 +19,7 @@ import pytest
 import torch as th
 from mpe2 import simple_spread_v3
 
+import sb3_ippo
 from sb3_ippo import IPPO, MAPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
 from sb3_ippo.cli.settings import claim_run_folder, numbered_run_folder
@@ -35,13 +36,17 @@ def train(out: pathlib.Path, *options: str) -> pathlib.Path:
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the command line, expect an argparse usage error (exit status 2) and return what it printed."""
+    """Run the command line, expect a usage error (exit status 2: the error first, then a one-line usage hint) and
+    return what it printed."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: ") and "Traceback" not in err
+    lines = err.splitlines()  # the error's own lines (a YAML error shows where it is), then the hint
+    assert lines[0].startswith("python -m sb3_ippo") and ": error: " in lines[0], err
+    assert lines[-1].startswith("usage: python -m sb3_ippo") and lines[-1].endswith("--help lists them)"), err
+    assert not any(line.startswith("usage:") for line in lines[:-1]), "the whole usage block"
     return err
 
 
@@ -477,6 +482,25 @@ BAD_TRAIN_OPTIONS = [
 ]
 
 
+def test_a_usage_error_says_what_was_wrong_first_then_a_one_line_usage_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--timesteps", "0"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m sb3_ippo train: error: argument --timesteps: expected a positive integer, got '0' (0 < 1)\n"
+        "usage: python -m sb3_ippo train [options] (python -m sb3_ippo train --help lists them)\n"
+    )
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"sb3_ippo {sb3_ippo.__version__}\n"
+
+
 @pytest.mark.parametrize(("options", "message"), BAD_TRAIN_OPTIONS, ids=[" ".join(o) for o, _ in BAD_TRAIN_OPTIONS])
 def test_a_bad_train_option_is_a_usage_error(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
@@ -499,7 +523,7 @@ def test_a_misspelled_option_is_a_usage_error_of_its_subcommand_naming_the_close
 ) -> None:
     monkeypatch.chdir(tmp_path)  # where a run would write, were the option taken
     err = usage_error(capsys, argv)
-    assert err.startswith(f"usage: python -m sb3_ippo {argv[0]} ")  # the subcommand's usage, not the top-level one
+    assert err.startswith(f"python -m sb3_ippo {argv[0]}: error: ")  # the subcommand's, not the top-level one
     assert message in err, err
 
 

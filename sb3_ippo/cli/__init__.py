@@ -1,9 +1,9 @@
 """Command line: ``python -m sb3_ippo train`` and ``python -m sb3_ippo evaluate MODEL.zip|MODEL.safetensors|RUN_FOLDER``.
 
-Every bad value is an argparse usage error (exit status 2, the usage line and what was expected), never a
-traceback. ``train`` writes into ``--out``: ``model.zip``, ``progress.csv`` (SB3's CSV log, one row per update),
-``learning_curve.png`` (with matplotlib) and ``run.json``, which holds every setting (the hyperparameters with their
-defaults) and the exact command that re-runs the same training.
+Every bad value is an argparse usage error (exit status 2: what was wrong and what was expected, then a one-line
+usage hint), never a traceback. ``train`` writes into ``--out``: ``model.zip``, ``progress.csv`` (SB3's CSV log, one
+row per update), ``learning_curve.png`` (with matplotlib) and ``run.json``, which holds every setting (the
+hyperparameters with their defaults) and the exact command that re-runs the same training.
 
 One module per part: ``values`` (text <-> values, argparse types), ``settings`` (command line > hyperparameter file
 > defaults; run.json), ``parser``, ``train``, ``evaluate``.

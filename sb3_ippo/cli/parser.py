@@ -10,6 +10,9 @@ import pathlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
+
+import sb3_ippo
 
 from sb3_ippo.cli.settings import (
     ALGORITHMS,
@@ -81,6 +84,16 @@ shows a progress bar and, every --print-every env steps, one summary line (SB3's
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with short errors: what was wrong and what is expected first, then a one-line usage hint
+    instead of the whole usage block (which ``--help`` shows)."""
+
+    def error(self, message: str) -> NoReturn:
+        positionals = " ".join(action.metavar or action.dest for action in self._get_positional_actions())
+        hint = f"usage: {self.prog} {positionals + ' ' if positionals else ''}[options] ({self.prog} --help lists them)"
+        self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
+
+
 @dataclass
 class Parsers:
     main: argparse.ArgumentParser
@@ -113,11 +126,12 @@ def _add_env_options(parser: argparse.ArgumentParser, default_text: str) -> None
 
 def build_parser() -> Parsers:
     # allow_abbrev=False: a misspelled option (--timestep) is an error, not silently the option it is a prefix of.
-    main = argparse.ArgumentParser(
+    main = Parser(
         prog="python -m sb3_ippo",
         allow_abbrev=False,
         description="Independent PPO (IPPO) for PettingZoo multi-agent envs, as a Stable-Baselines3 algorithm.",
     )
+    main.add_argument("--version", action="version", version=f"sb3_ippo {sb3_ippo.__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
 
     train = commands.add_parser(
