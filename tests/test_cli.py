@@ -20,6 +20,7 @@ import torch as th
 from mpe2 import simple_spread_v3
 
 import sb3_ippo
+import sb3_ippo.cli.evaluate
 from sb3_ippo import IPPO, MAPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
 from sb3_ippo.cli.settings import claim_run_folder, numbered_run_folder
@@ -65,6 +66,20 @@ def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsy
     printed = capsys.readouterr().out
     assert "Final evaluation: 2 episodes, deterministic actions" in printed
     assert all(f"\n  {agent} " in printed for agent in ("team return", "agent_0", "agent_1", "agent_2"))
+
+
+def test_a_long_evaluation_shows_its_progress(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = train(tmp_path / "run", "--eval-episodes", "3")
+    assert "episodes evaluated" not in capsys.readouterr().out  # short episodes: the result only
+    monkeypatch.setattr(sb3_ippo.cli.evaluate, "PROGRESS_EVERY", 0.0)  # every episode now takes "long"
+    train(tmp_path / "again", "--eval-episodes", "3")
+    printed = capsys.readouterr().out
+    assert "  1/3 episodes evaluated (" in printed and "  2/3 episodes evaluated (" in printed
+    assert printed.index("  2/3 episodes evaluated") < printed.index("Final evaluation: 3 episodes")
+    main(["evaluate", str(out), "--episodes", "2"])
+    assert "  1/2 episodes evaluated (" in capsys.readouterr().out
 
 
 def test_train_and_evaluate_a_recurrent_policy(tmp_path: pathlib.Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
+from sb3_ippo.cli.evaluate import EpisodeProgress, print_evaluation, print_game_results
 from sb3_ippo.cli.output import make_logger
 from sb3_ippo.cli.settings import (
     ALGORITHMS,
@@ -283,7 +283,8 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
             if game:
                 print_game_results(model, eval_env, settings.eval_episodes, heading="Final evaluation")
             else:
-                result = evaluate_agents(model, eval_env, n_eval_episodes=settings.eval_episodes)
+                progress = EpisodeProgress(eval_env, settings.eval_episodes)
+                result = evaluate_agents(model, progress, n_eval_episodes=settings.eval_episodes)
                 print_evaluation(result, "Final evaluation")
     assert model.env is not None
     model.env.close()
