@@ -8,6 +8,7 @@ import difflib
 import inspect
 import pathlib
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -146,6 +147,15 @@ def build_parser() -> Parsers:
     _add_env_options(train, DEFAULT_ENV)
     train.add_argument(
         "--hyperparams", type=pathlib.Path, metavar="FILE.yml", help="YAML file, a section per env id (see below)"
+    )
+    train.add_argument(
+        "--resume",
+        type=pathlib.Path,
+        default=None,
+        metavar="RUN_FOLDER",
+        help=f"continue the run in RUN_FOLDER (its --out; e.g. one stopped by Ctrl-C) from its {MODEL_FILE} up to its "
+        f"budget, with the settings of its {RUN_FILE}, appending to its progress.csv; only --timesteps (a new budget, "
+        "in env steps in all) and --no-progress-bar may be given with it",
     )
     train.add_argument(
         "--timesteps", type=positive_int, help=f"env steps to train for (default: {TRAIN_DEFAULTS['timesteps']})"
@@ -300,7 +310,18 @@ def parse_args(parsers: Parsers, argv: Sequence[str] | None) -> argparse.Namespa
     if unknown:
         parser = parsers.train if args.command == "train" else parsers.evaluate
         parser.error(unrecognized_arguments_message(parser, unknown))
+    if args.command == "train" and args.resume is not None:
+        given = {token.split("=", 1)[0] for token in (sys.argv[1:] if argv is None else argv) if token.startswith("--")}
+        others = sorted(given - RESUME_OPTIONS)
+        if others:
+            parsers.train.error(
+                f"argument --resume: the run's settings come from its {RUN_FILE}; only --timesteps (a new budget) and "
+                f"--no-progress-bar go with --resume, not {' '.join(others)}"
+            )
     return args
+
+
+RESUME_OPTIONS = {"--resume", "--timesteps", "--no-progress-bar"}  # the options train --resume takes
 
 
 def unrecognized_arguments_message(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
