@@ -68,7 +68,7 @@ examples:
   python -m sb3_ippo train --env-kwargs N=3 continuous_actions=True --n-episodes 16 --learning-rate lin_1e-3
   python -m sb3_ippo train --env pettingzoo.butterfly.pistonball_v6 --env-kwargs n_pistons=4 continuous=False \\
       --wrappers color_reduction resize frame_stack --policy CnnPolicy
-  python -m sb3_ippo train --hyperparams ippo.yml            # a section per env id, as in rl-zoo
+  python -m sb3_ippo train --hyperparams spread.yml          # a file you write: a section per env id (below)
 
 hyperparameter file (YAML), one section per env id (the full module name or its last part):
   mpe2.simple_spread_v3:
