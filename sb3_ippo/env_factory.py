@@ -58,8 +58,10 @@ def _pettingzoo_word(env_id: str) -> str | None:
     or a removed env. Its env packages answer such names with a ``DeprecatedModule`` whose functions raise that
     message, or a ``RemovedEnv`` error; for any other name, None."""
     package_name, _, name = env_id.rpartition(".")
+    if not package_name:
+        return None
     try:
-        found = getattr(importlib.import_module(package_name), name) if package_name else None
+        found = getattr(importlib.import_module(package_name), name)
     except ImportError:
         return None
     except AttributeError as error:  # RemovedEnv: the env is gone from PettingZoo, and the message says why

@@ -90,7 +90,9 @@ class Parser(argparse.ArgumentParser):
     instead of the whole usage block (which ``--help`` shows)."""
 
     def error(self, message: str) -> NoReturn:
-        positionals = " ".join(action.metavar or action.dest for action in self._get_positional_actions())
+        positionals = " ".join(
+            action.metavar if isinstance(action.metavar, str) else action.dest for action in self._get_positional_actions()
+        )
         hint = f"usage: {self.prog} {positionals + ' ' if positionals else ''}[options] ({self.prog} --help lists them)"
         self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
 
