@@ -19,10 +19,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 import sb3_ippo.cli.train
 from sb3_ippo import IPPO
 from sb3_ippo.cli import main
-from sb3_ippo.cli.interrupt import EXIT_INTERRUPTED, ctrl_c_deferred, written_whole
 from tests.test_cli import QUICK, SMALL_ENV, TINY, usage_error
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def rows(csv_path: pathlib.Path) -> list[dict[str, str]]:
@@ -68,7 +68,11 @@ def test_ctrl_c_saves_the_run_says_how_to_continue_and_resume_trains_up_to_the_b
 ) -> None:
     out = tmp_path / "run"
     budget = 300
-    assert main(["train", "--out", str(out), *QUICK, "--timesteps", str(budget)]) == EXIT_INTERRUPTED
+    try:
+        status = main(["train", "--out", str(out), *QUICK, "--timesteps", str(budget)])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped the command line as a KeyboardInterrupt")
+    assert status == EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"Interrupted at 120 of {budget} env steps: saved the model to {out / 'model.zip'}")
@@ -114,6 +118,8 @@ def test_an_out_that_holds_a_model_suggests_resume(tmp_path: pathlib.Path, capsy
 def test_a_ctrl_c_while_saving_is_deferred_and_a_second_leaves_the_earlier_file_whole(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from sb3_ippo.cli.interrupt import ctrl_c_deferred, written_whole
+
     model_file = tmp_path / "model.zip"
     model_file.write_text("the earlier model")
     with ctrl_c_deferred("the run"), written_whole(model_file) as partial:
