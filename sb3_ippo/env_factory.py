@@ -52,6 +52,30 @@ def install_hint(error: ImportError) -> str:
     return _INSTALL_HINTS.get(missing, f"pip install {missing}" if missing else "check the module name")
 
 
+def _pettingzoo_word(env_id: str) -> str | None:
+    """What PettingZoo says of an env module that does not exist, where it knows it: an older version
+    (``pettingzoo.sisl.pursuit_v4``: "pursuit_v4 is now deprecated, use pursuit_v5 instead", with the module to give)
+    or a removed env. Its env packages answer such names with a ``DeprecatedModule`` whose functions raise that
+    message, or a ``RemovedEnv`` error; for any other name, None."""
+    package_name, _, name = env_id.rpartition(".")
+    if not package_name:
+        return None
+    try:
+        found = getattr(importlib.import_module(package_name), name)
+    except ImportError:
+        return None
+    except AttributeError as error:  # RemovedEnv: the env is gone from PettingZoo, and the message says why
+        return str(error) if type(error).__name__ == "RemovedEnv" else None
+    if type(found).__name__ != "DeprecatedModule":
+        return None
+    try:
+        found.env()
+    except ImportError as error:  # DeprecatedEnv
+        newer = re.search(r"use (\w+) instead", str(error))
+        return f"{error} (--env {package_name}.{newer.group(1)})" if newer else str(error)
+    return None
+
+
 def load_env_fn(env_id: str) -> Callable[..., Any]:
     """``"mpe2.simple_spread_v3"`` -> ``simple_spread_v3.parallel_env`` (or ``.env`` if it has no parallel_env).
 
@@ -63,6 +87,9 @@ def load_env_fn(env_id: str) -> Callable[..., Any]:
         missing = error.name or ""
         # The env module itself (or a package on its path inside an installed one) does not exist: a wrong name.
         if env_id == missing or (env_id.startswith(missing + ".") and missing != env_id.split(".")[0]):
+            pettingzoo_word = _pettingzoo_word(env_id) if env_id == missing else None
+            if pettingzoo_word is not None:
+                raise ValueError(f"Cannot import the env module {env_id!r}: {pettingzoo_word}") from error
             raise ValueError(
                 f"Cannot import the env module {env_id!r} ({error}): give a PettingZoo env module, e.g. "
                 "mpe2.simple_spread_v3 or pettingzoo.butterfly.pistonball_v6"

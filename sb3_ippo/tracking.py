@@ -25,10 +25,17 @@ __all__ = ["WandbCallback", "gradients_are_watchable"]
 
 def gradients_are_watchable(model: Any) -> str | None:
     """None if the backward passes of ``model``'s updates run on its agents' own networks, in this process (where
-    ``wandb.watch``'s hooks see them); else why not."""
-    if model.batched:
-        # Stacked copies of a group's networks, and (measured) a shared network's batched update too: no hook fires.
-        return "batched=True updates through a path whose backward passes wandb.watch's hooks do not see"
+    ``wandb.watch``'s hooks see them); else why not. With ``batched=True``, only the groups whose networks are
+    stacked (several agents with their own weights) update through other tensors: a shared network, a group of one
+    agent, recurrent and masked policies train on their own networks."""
+    stacked = [name for name, runner in model._runners.items() if getattr(runner, "stacked", None) is not None]
+    if stacked:
+        # The update differentiates stacked copies of the members' parameters: no hook on a member's module fires.
+        groups = ", ".join(f"{name!r} ({', '.join(map(str, model.groups[name]))})" for name in stacked)
+        return (
+            "batched=True updates through a path whose backward passes wandb.watch's hooks do not see: the stacked "
+            f"networks of group {groups}"
+        )
     if model.async_training is not False:
         return (
             f"async_training={model.async_training!r} may run the updates in a learner process, where this process's "
@@ -47,8 +54,10 @@ class WandbCallback(_WandbCallback):
     one is. ``gradient_save_freq`` counts backward passes (minibatches), as in wandb.
 
     :raises ValueError: at the start of ``learn``, with ``gradient_save_freq > 0`` where the update does not run
-        on the agents' own networks in this process (``batched=True`` with groups of several agents, or
-        ``async_training`` not False): pass ``batched=False, async_training=False`` to log gradients.
+        on the agents' own networks in this process (``batched=True`` with a group of several agents with their own
+        weights, whose networks it stacks; or ``async_training`` not False): pass ``batched=False,
+        async_training=False`` to log gradients. A shared network (``share_parameters``) and groups of one agent log
+        theirs with ``batched=True`` too.
     """
 
     def _init_callback(self) -> None:

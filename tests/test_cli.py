@@ -19,6 +19,8 @@ import pytest
 import torch as th
 from mpe2 import simple_spread_v3
 
+import sb3_ippo
+import sb3_ippo.cli.evaluate
 from sb3_ippo import IPPO, MAPPO
 from sb3_ippo.cli import literal, main, to_text, wrapper_spec
 from sb3_ippo.cli.settings import claim_run_folder, numbered_run_folder
@@ -35,13 +37,17 @@ def train(out: pathlib.Path, *options: str) -> pathlib.Path:
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the command line, expect an argparse usage error (exit status 2) and return what it printed."""
+    """Run the command line, expect a usage error (exit status 2: the error first, then a one-line usage hint) and
+    return what it printed."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: ") and "Traceback" not in err
+    lines = err.splitlines()  # the error's own lines (a YAML error shows where it is), then the hint
+    assert lines[0].startswith("python -m sb3_ippo") and ": error: " in lines[0], err
+    assert lines[-1].startswith("usage: python -m sb3_ippo") and lines[-1].endswith("--help lists them)"), err
+    assert not any(line.startswith("usage:") for line in lines[:-1]), "the whole usage block"
     return err
 
 
@@ -60,6 +66,20 @@ def test_train_writes_model_log_curve_and_run_file(tmp_path: pathlib.Path, capsy
     printed = capsys.readouterr().out
     assert "Final evaluation: 2 episodes, deterministic actions" in printed
     assert all(f"\n  {agent} " in printed for agent in ("team return", "agent_0", "agent_1", "agent_2"))
+
+
+def test_a_long_evaluation_shows_its_progress(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = train(tmp_path / "run", "--eval-episodes", "3")
+    assert "episodes evaluated" not in capsys.readouterr().out  # short episodes: the result only
+    monkeypatch.setattr(sb3_ippo.cli.evaluate, "PROGRESS_EVERY", 0.0)  # every episode now takes "long"
+    train(tmp_path / "again", "--eval-episodes", "3")
+    printed = capsys.readouterr().out
+    assert "  1/3 episodes evaluated (" in printed and "  2/3 episodes evaluated (" in printed
+    assert printed.index("  2/3 episodes evaluated") < printed.index("Final evaluation: 3 episodes")
+    main(["evaluate", str(out), "--episodes", "2"])
+    assert "  1/2 episodes evaluated (" in capsys.readouterr().out
 
 
 def test_train_and_evaluate_a_recurrent_policy(tmp_path: pathlib.Path) -> None:
@@ -458,6 +478,12 @@ BAD_TRAIN_OPTIONS = [
     (["--max-buffered-episodes", "1", "--n-episodes", "4"], "max_buffered_episodes (1) must be at least n_episodes (4)"),
     (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),
     (["--env", "no_such_package.some_env"], "pip install no_such_package"),
+    # An older version of a PettingZoo env: PettingZoo's own hint, and the module to give.
+    (["--env", "pettingzoo.sisl.pursuit_v4"],
+     "argument --env: Cannot import the env module 'pettingzoo.sisl.pursuit_v4': pursuit_v4 is now deprecated, use "
+     "pursuit_v5 instead (--env pettingzoo.sisl.pursuit_v5)"),
+    (["--env", "pettingzoo.butterfly.knights_archers_zombies_v10"],
+     "knights_archers_zombies_v10 is now deprecated, use knights_archers_zombies_v11 instead"),
     (["--env", "pettingzoo.utils"], "has neither parallel_env() nor env()"),
     (["--env-kwargs", "N=many"], "cannot make the env mpe2.simple_spread_v3 with env kwargs {'N': 'many'}"),
     (["--env-kwargs", "colour=1"], "unexpected keyword argument 'colour'"),
@@ -469,6 +495,25 @@ BAD_TRAIN_OPTIONS = [
     (["--eval-episodes", "-1"], "argument --eval-episodes: expected an integer >= 0"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),
 ]
+
+
+def test_a_usage_error_says_what_was_wrong_first_then_a_one_line_usage_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--timesteps", "0"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m sb3_ippo train: error: argument --timesteps: expected a positive integer, got '0' (0 < 1)\n"
+        "usage: python -m sb3_ippo train [options] (python -m sb3_ippo train --help lists them)\n"
+    )
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"sb3_ippo {sb3_ippo.__version__}\n"
 
 
 @pytest.mark.parametrize(("options", "message"), BAD_TRAIN_OPTIONS, ids=[" ".join(o) for o, _ in BAD_TRAIN_OPTIONS])
@@ -493,7 +538,7 @@ def test_a_misspelled_option_is_a_usage_error_of_its_subcommand_naming_the_close
 ) -> None:
     monkeypatch.chdir(tmp_path)  # where a run would write, were the option taken
     err = usage_error(capsys, argv)
-    assert err.startswith(f"usage: python -m sb3_ippo {argv[0]} ")  # the subcommand's usage, not the top-level one
+    assert err.startswith(f"python -m sb3_ippo {argv[0]}: error: ")  # the subcommand's, not the top-level one
     assert message in err, err
 
 
@@ -559,7 +604,11 @@ def test_evaluate_a_zip_saved_from_python_asks_for_the_env(tmp_path: pathlib.Pat
 
 @pytest.mark.parametrize(
     ("target", "message"),
-    [("nothing.zip", "No model at"), ("folder", "has no model.zip"), ("notes.txt", "is not a model saved by IPPO")],
+    [
+        ("nothing.zip", "No model at"),
+        ("folder", "has no model.zip"),
+        ("notes.txt", "is neither a zip nor a safetensors model file"),
+    ],
 )
 def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], target: str, message: str
@@ -567,6 +616,15 @@ def test_evaluating_something_that_is_not_a_model_is_a_usage_error(
     (tmp_path / "folder").mkdir()
     (tmp_path / "notes.txt").write_text("not a model")
     assert message in usage_error(capsys, ["evaluate", str(tmp_path / target), "--env", "mpe2.simple_spread_v3"])
+
+
+def test_evaluating_a_truncated_model_says_it_is_damaged(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model_file = train(tmp_path / "run") / "model.zip"
+    content = model_file.read_bytes()
+    for kept in (0.5, 0.9):
+        model_file.write_bytes(content[: int(len(content) * kept)])
+        err = usage_error(capsys, ["evaluate", str(model_file)])
+        assert f"argument model: {model_file} is a damaged zip, cut short" in err, err
 
 
 BAD_EVALUATE_OPTIONS = [

@@ -57,6 +57,21 @@ def test_readme_snippet_runs_verbatim_and_prints_a_few_hundred_lines_at_most(
     assert lines[-1].startswith("IPPO learned 200,000 env steps")
 
 
+def test_every_hyperparameter_file_the_readme_uses_is_one_it_writes(tmp_path: pathlib.Path) -> None:
+    from sb3_ippo.cli.settings import DEFAULT_ENV
+    from sb3_ippo.hyperparams.files import hyperparameter_types, read_hyperparams_file
+
+    readme = (ROOT / "README.md").read_text()
+    used = re.findall(r"--hyperparams (\S+)", readme)
+    assert used
+    for name in used:
+        written = re.search(rf"cat > {re.escape(name)} <<'EOF'\n(.*?\n)EOF\n", readme, flags=re.S)
+        assert written is not None, f"README.md runs --hyperparams {name} without writing {name}"
+        (tmp_path / name).write_text(written.group(1))
+        settings = read_hyperparams_file(tmp_path / name, DEFAULT_ENV, hyperparameter_types())
+        assert settings["learning_rate"] == "lin_1e-3" and settings["n_envs"] == 8
+
+
 def test_the_api_reference_documents_every_public_name() -> None:
     import importlib
 

@@ -548,6 +548,19 @@ def test_a_truncated_or_garbled_file_is_a_model_file_error_naming_it(
         IPPO.load(path, trusted=trusted)
 
 
+@pytest.mark.parametrize("kept", [0.5, 0.9, 0.99])
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_zip_cut_short_is_reported_as_truncated_not_as_another_kind_of_file(
+    trained: tuple[IPPO, pathlib.Path, pathlib.Path], tmp_path: pathlib.Path, kept: float, trusted: bool
+) -> None:
+    # Past about half, the bytes left hold a whole zip of their own: a weights file (torch saves zips).
+    content = trained[2].read_bytes()
+    path = tmp_path / "cut_model.zip"
+    path.write_bytes(content[: int(len(content) * kept)])
+    with pytest.raises(ModelFileError, match=r"cut_model\.zip is a damaged zip, cut short: .*a truncated file"):
+        IPPO.load(path, trusted=trusted)
+
+
 def _set(document: dict, keys: tuple, value: Any) -> None:
     for key in keys[:-1]:
         document = document[key]

@@ -81,13 +81,32 @@ def test_gradient_save_freq_where_the_update_does_not_use_the_agents_networks_sa
 
     run = wandb.init(project="sb3_ippo-tests", dir=str(tmp_path))
     try:
-        for settings, reason in [({"batched": True}, "batched=True updates through a path whose backward passes"),
+        stacked = "batched=True updates through a path whose backward passes .* group 'agent' \\(agent_0, agent_1\\)"
+        for settings, reason in [({"batched": True}, stacked),
                                  ({"async_training": True}, "async_training=True")]:
             model = IPPO("MlpPolicy", spread(), **{"batched": False, "async_training": False, **settings}, **TINY)
             with pytest.raises(ValueError, match=rf"cannot log this model's gradients: {reason}.*batched=False and "):
                 model.learn(200, callback=WandbCallback(gradient_save_freq=1))
     finally:
         run.finish()
+
+
+@pytest.mark.parametrize(
+    ("settings", "networks"),
+    [({"share_parameters": True}, 1), ({"groups": {"first": ["agent_0"], "second": ["agent_1"]}}, 2)],
+    ids=["shared network", "groups of one agent"],
+)
+def test_batched_true_logs_the_gradients_of_networks_it_does_not_stack(
+    tmp_path: pathlib.Path, settings: dict[str, Any], networks: int
+) -> None:
+    from sb3_ippo.tracking import WandbCallback
+
+    run = wandb.init(project="sb3_ippo-tests", dir=str(tmp_path))
+    model = IPPO("MlpPolicy", spread(), batched=True, async_training=False, **settings, **TINY)
+    model.learn(200, callback=WandbCallback(gradient_save_freq=1, log="gradients"))
+    run.finish()
+    logged = read_offline_run(tmp_path / "wandb")
+    assert len({key.rsplit("/", 1)[0] for key in logged.history_keys if "value_net.weight/" in key}) == networks
 
 
 def test_gradient_save_freq_with_a_shared_network_watches_it_once(tmp_path: pathlib.Path) -> None:

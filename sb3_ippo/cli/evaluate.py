@@ -10,11 +10,13 @@ import json
 import pathlib
 import sys
 import tempfile
+import time
 import zipfile
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.utils import set_random_seed
+from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
 from sb3_ippo.cli.values import env_error, installed
@@ -23,7 +25,36 @@ from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_polic
 from sb3_ippo.hyperparams.text import parse_wrapper
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 from sb3_ippo.ippo import IPPO
+from sb3_ippo.serialization import ModelFileError, check_zip_file
 from sb3_ippo.vec_env import make_vec_env
+
+
+PROGRESS_EVERY = 5.0  # seconds between two progress lines of a long evaluation
+
+
+class EpisodeProgress(VecEnvWrapper):
+    """An evaluation env that prints how many of ``total`` episodes are done, at an episode's end at least ``every``
+    seconds (default :data:`PROGRESS_EVERY`) after the start or the last line: an evaluation of long episodes shows it
+    is under way, a short one prints nothing."""
+
+    def __init__(self, venv: Any, total: int, every: float | None = None) -> None:
+        super().__init__(venv)
+        self.total = total
+        self.every = PROGRESS_EVERY if every is None else every
+        self.episodes = 0
+        self.start = self.last_line = time.monotonic()
+
+    def reset(self) -> Any:
+        return self.venv.reset()
+
+    def step_wait(self) -> Any:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        self.episodes += int(np.sum(dones))
+        now = time.monotonic()
+        if np.any(dones) and now - self.last_line >= self.every and self.episodes < self.total:
+            self.last_line = now
+            print(f"  {self.episodes}/{self.total} episodes evaluated ({now - self.start:.0f} s)", flush=True)
+        return obs, rewards, dones, infos
 
 
 def print_evaluation(result: AgentEvaluation, heading: str) -> None:
@@ -58,8 +89,11 @@ def _model_path(path: pathlib.Path, parser: argparse.ArgumentParser) -> pathlib.
         return path.with_suffix(".zip")
     if not path.is_file():
         parser.error(f"argument model: No model at {path}")
-    if path.suffix != ".safetensors" and not zipfile.is_zipfile(path):
-        parser.error(f"argument model: {path} is not a model saved by IPPO (a .zip or a .safetensors file)")
+    if path.suffix != ".safetensors":
+        try:
+            check_zip_file(path)
+        except ModelFileError as error:
+            parser.error(f"argument model: {error}; a model is a .zip or .safetensors file saved by IPPO")
     return path
 
 
@@ -115,28 +149,15 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
         env = make_vec_env(env_factory, n_envs=1, seed=args.seed, env_kwargs=env_kwargs)
     except (TypeError, ValueError, AssertionError) as error:
         parser.error(env_error(env_id, env_kwargs, wrappers, error))
-    try:
-        if run.get("algo") == "mappo":
-            from sb3_ippo.mappo import MAPPO
-
-            # Acting needs only the agents' own observations: the env stays plain, the critic is not used.
-            mappo = MAPPO.load(model_path, device=args.device)
-            mappo.check_acting_env(env)
-            model: IPPO = mappo
-        else:
-            model = IPPO.load(model_path, env=env, device=args.device)
-    except ValueError as error:
-        env.close()
-        parser.error(
-            f"{model_path} does not fit the env {env_id} {env_kwargs}: {error}. Give the env it was trained on "
-            "with --env, --env-kwargs and --wrappers."
-        )
+    model = _load(model_path, run.get("algo"), env, args.device, parser, f"{env_id} {env_kwargs}")
     set_random_seed(args.seed)  # --stochastic actions and a game's random opponent: the same results run after run
     deterministic = not args.stochastic
     if args.video is None:
         with contextlib.closing(env):
-            result = evaluate_agents(model, env, n_eval_episodes=args.episodes, deterministic=deterministic)
-            if is_turn_based_vec_env(env):
+            game = is_turn_based_vec_env(env)
+            counted = env if game else EpisodeProgress(env, args.episodes)  # a game's episodes are short
+            result = evaluate_agents(model, counted, n_eval_episodes=args.episodes, deterministic=deterministic)
+            if game:
                 print_game_results(model, env, args.episodes, heading, deterministic)
             else:
                 print_evaluation(result, heading)
@@ -153,6 +174,31 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Agent
         print_evaluation(result, heading)
     print(f"Saved the video of the {result.n_episodes} episodes to {video}")
     return result
+
+
+def _load(
+    model_path: pathlib.Path, algo: str | None, env: Any, device: str, parser: argparse.ArgumentParser, env_text: str
+) -> IPPO:
+    """The model at ``model_path`` (MAPPO if its run says so) for ``env``; a damaged file, or one that does not fit
+    the env, is a usage error (the env closed)."""
+    try:
+        if algo == "mappo":
+            from sb3_ippo.mappo import MAPPO
+
+            # Acting needs only the agents' own observations: the env stays plain, the critic is not used.
+            mappo = MAPPO.load(model_path, device=device)
+            mappo.check_acting_env(env)
+            return mappo
+        return IPPO.load(model_path, env=env, device=device)
+    except ModelFileError as error:
+        env.close()
+        parser.error(f"argument model: {error}")
+    except ValueError as error:
+        env.close()
+        parser.error(
+            f"{model_path} does not fit the env {env_text}: {error}. Give the env it was trained on with --env, "
+            "--env-kwargs and --wrappers."
+        )
 
 
 def video_path(video: pathlib.Path, model_path: pathlib.Path) -> pathlib.Path:

@@ -64,12 +64,29 @@ class SummaryLineOutputFormat(KVWriter, SeqWriter):
         pass
 
 
-def make_logger(settings: TrainSettings, game: bool) -> Logger:
+class ContinuedCSVOutputFormat(CSVOutputFormat):
+    """SB3's CSV log continuing an existing file (``train --resume``): its rows stay, new rows follow under its header,
+    and a key it did not have yet is added as SB3 adds one (the header and earlier rows rewritten with an empty
+    column)."""
+
+    def __init__(self, filename: str) -> None:
+        # Not CSVOutputFormat.__init__, which opens the file with "w+" and so empties it.
+        self.file = open(filename, "r+")  # closed by close(), as in SB3
+        header = self.file.readline().rstrip("\n")
+        self.keys = header.split(",") if header else []
+        self.file.seek(0, os.SEEK_END)
+        self.separator = ","
+        self.quotechar = '"'
+
+
+def make_logger(settings: TrainSettings, game: bool, append: bool = False) -> Logger:
     """SB3 logger: on stdout the summary line (``--verbose 1``) or the full table (``--verbose 2``), every
     ``--print-every`` env steps; progress.csv in ``--out`` and TensorBoard under ``--tensorboard-log`` get every
-    dump and every key."""
+    dump and every key. With ``append``, progress.csv keeps the rows it has (a resumed run)."""
     out = pathlib.Path(settings.out)
-    formats: list[KVWriter] = [CSVOutputFormat(str(out / "progress.csv"))]
+    csv_path = out / "progress.csv"
+    csv_format = ContinuedCSVOutputFormat if append and csv_path.is_file() else CSVOutputFormat
+    formats: list[KVWriter] = [csv_format(str(csv_path))]
     if settings.verbose == 1:
         formats.insert(0, SummaryLineOutputFormat(settings.print_every, settings.timesteps, game))
     elif settings.verbose >= 2:

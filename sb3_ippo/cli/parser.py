@@ -8,8 +8,12 @@ import difflib
 import inspect
 import pathlib
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
+
+import sb3_ippo
 
 from sb3_ippo.cli.settings import (
     ALGORITHMS,
@@ -64,7 +68,7 @@ examples:
   python -m sb3_ippo train --env-kwargs N=3 continuous_actions=True --n-episodes 16 --learning-rate lin_1e-3
   python -m sb3_ippo train --env pettingzoo.butterfly.pistonball_v6 --env-kwargs n_pistons=4 continuous=False \\
       --wrappers color_reduction resize frame_stack --policy CnnPolicy
-  python -m sb3_ippo train --hyperparams ippo.yml            # a section per env id, as in rl-zoo
+  python -m sb3_ippo train --hyperparams spread.yml          # a file you write: a section per env id (below)
 
 hyperparameter file (YAML), one section per env id (the full module name or its last part):
   mpe2.simple_spread_v3:
@@ -79,6 +83,18 @@ hyperparameter file (YAML), one section per env id (the full module name or its 
 logging: every update writes a row with every key to progress.csv (and TensorBoard with --tensorboard-log); stdout
 shows a progress bar and, every --print-every env steps, one summary line (SB3's full table with --verbose 2).
 """
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with short errors: what was wrong and what is expected first, then a one-line usage hint
+    instead of the whole usage block (which ``--help`` shows)."""
+
+    def error(self, message: str) -> NoReturn:
+        positionals = " ".join(
+            action.metavar if isinstance(action.metavar, str) else action.dest for action in self._get_positional_actions()
+        )
+        hint = f"usage: {self.prog} {positionals + ' ' if positionals else ''}[options] ({self.prog} --help lists them)"
+        self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
 
 
 @dataclass
@@ -113,11 +129,12 @@ def _add_env_options(parser: argparse.ArgumentParser, default_text: str) -> None
 
 def build_parser() -> Parsers:
     # allow_abbrev=False: a misspelled option (--timestep) is an error, not silently the option it is a prefix of.
-    main = argparse.ArgumentParser(
+    main = Parser(
         prog="python -m sb3_ippo",
         allow_abbrev=False,
         description="Independent PPO (IPPO) for PettingZoo multi-agent envs, as a Stable-Baselines3 algorithm.",
     )
+    main.add_argument("--version", action="version", version=f"sb3_ippo {sb3_ippo.__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
 
     train = commands.add_parser(
@@ -132,6 +149,15 @@ def build_parser() -> Parsers:
     _add_env_options(train, DEFAULT_ENV)
     train.add_argument(
         "--hyperparams", type=pathlib.Path, metavar="FILE.yml", help="YAML file, a section per env id (see below)"
+    )
+    train.add_argument(
+        "--resume",
+        type=pathlib.Path,
+        default=None,
+        metavar="RUN_FOLDER",
+        help=f"continue the run in RUN_FOLDER (its --out; e.g. one stopped by Ctrl-C) from its {MODEL_FILE} up to its "
+        f"budget, with the settings of its {RUN_FILE}, appending to its progress.csv; only --timesteps (a new budget, "
+        "in env steps in all) and --no-progress-bar may be given with it",
     )
     train.add_argument(
         "--timesteps", type=positive_int, help=f"env steps to train for (default: {TRAIN_DEFAULTS['timesteps']})"
@@ -286,7 +312,18 @@ def parse_args(parsers: Parsers, argv: Sequence[str] | None) -> argparse.Namespa
     if unknown:
         parser = parsers.train if args.command == "train" else parsers.evaluate
         parser.error(unrecognized_arguments_message(parser, unknown))
+    if args.command == "train" and args.resume is not None:
+        given = {token.split("=", 1)[0] for token in (sys.argv[1:] if argv is None else argv) if token.startswith("--")}
+        others = sorted(given - RESUME_OPTIONS)
+        if others:
+            parsers.train.error(
+                f"argument --resume: the run's settings come from its {RUN_FILE}; only --timesteps (a new budget) and "
+                f"--no-progress-bar go with --resume, not {' '.join(others)}"
+            )
     return args
+
+
+RESUME_OPTIONS = {"--resume", "--timesteps", "--no-progress-bar"}  # the options train --resume takes
 
 
 def unrecognized_arguments_message(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:

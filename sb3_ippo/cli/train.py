@@ -10,12 +10,14 @@ import dataclasses
 import importlib
 import json
 import pathlib
+import shlex
 import zipfile
 from typing import Any
 
 import numpy as np
 
-from sb3_ippo.cli.evaluate import print_evaluation, print_game_results
+from sb3_ippo.cli.evaluate import EpisodeProgress, print_evaluation, print_game_results
+from sb3_ippo.cli.interrupt import RunInterrupted, ctrl_c_deferred, written_whole
 from sb3_ippo.cli.output import make_logger
 from sb3_ippo.cli.settings import (
     ALGORITHMS,
@@ -146,9 +148,9 @@ def algorithm_class(algo: str) -> type[IPPO]:
     return getattr(importlib.import_module(module), name)
 
 
-def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.ArgumentParser) -> IPPO:
+def _make_env(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.ArgumentParser) -> Any:
     try:
-        env = make_vec_env(
+        return make_vec_env(
             env_factory,
             n_envs=settings.n_envs,
             seed=settings.seed,
@@ -158,6 +160,10 @@ def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.Ar
         )
     except (TypeError, ValueError, AssertionError) as error:
         parser.error(env_error(settings.env, settings.env_kwargs, settings.wrappers, error))
+
+
+def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.ArgumentParser) -> IPPO:
+    env = _make_env(settings, env_factory, parser)
     hyperparameters = {name: schedule(value) for name, value in settings.hyperparameters.items()}
     if settings.critic_input is not None:
         hyperparameters["critic_input"] = settings.critic_input
@@ -168,6 +174,24 @@ def _build(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.Ar
     except (TypeError, ValueError) as error:
         env.close()
         parser.error(str(error))
+
+
+def _load_to_resume(settings: TrainSettings, env_factory: EnvFactory, parser: argparse.ArgumentParser) -> IPPO:
+    """``--resume``: the run's model.zip on a new env of its settings, refused if it has trained its budget."""
+    model_path = pathlib.Path(settings.out) / MODEL_FILE
+    env = _make_env(settings, env_factory, parser)
+    try:
+        model = algorithm_class(settings.algo).load(model_path, env=env, device=settings.device)
+    except ValueError as error:  # a damaged file (ModelFileError) or an env that does not fit it
+        env.close()
+        parser.error(f"argument --resume: {error}")
+    if model.num_timesteps >= settings.timesteps:
+        env.close()
+        parser.error(
+            f"argument --resume: {settings.out} has trained its budget ({model.num_timesteps} env steps of "
+            f"--timesteps {settings.timesteps}): give a larger --timesteps to train it further"
+        )
+    return model
 
 
 def _record_env_in_zip(model_path: pathlib.Path, settings: TrainSettings) -> None:
@@ -185,33 +209,39 @@ def _remove_earlier_run(out: pathlib.Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _plot(out: pathlib.Path, title: str, game: bool) -> None:
+def _save_model(model: IPPO, settings: TrainSettings) -> pathlib.Path:
+    """model.zip, with run.json inside, written whole (see ``written_whole``)."""
+    model_path = pathlib.Path(settings.out) / MODEL_FILE
+    with written_whole(model_path) as partial:
+        model.save(partial)
+        _record_env_in_zip(partial, settings)
+    return model_path
+
+
+def _plot(out: pathlib.Path, title: str, game: bool) -> pathlib.Path | None:
+    """Write the learning curve (whole) and return its path; None, saying why, if there is none."""
     from sb3_ippo.plotting import plot_learning_curve
 
+    png = out / "learning_curve.png"
     try:
-        written = plot_learning_curve(out / "progress.csv", out / "learning_curve.png", title, game=game)
+        with written_whole(png) as partial:
+            written = plot_learning_curve(out / "progress.csv", partial, title, game=game)
     except ImportError:
         print(
             "No learning curve: matplotlib is not installed (pip install matplotlib, or pip install 'sb3_ippo[extra]'); "
             f"the data is in {out / 'progress.csv'}"
         )
-        return
-    if written:
-        print(f"Saved the learning curve to {out / 'learning_curve.png'}")
-    else:
+        return None
+    if not written:
         what = "win rate (--eval-freq 0?)" if game else "episode return (no log row was written: see above)"
         print(f"No learning curve: {out / 'progress.csv'} has no {what}")
+        return None
+    return png
 
 
-def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.Path:
-    import torch as th
-
-    settings = resolve_train_settings(args, parser)
-    env_factory = EnvFactory(settings.env, tuple(settings.wrappers))
-    try:
-        env_factory.check()
-    except ValueError as error:
-        parser.error(f"argument --env: {error}")
+def _check_options(settings: TrainSettings, args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """What the options ask for is installed, --out is free (unless --overwrite or --resume), and the
+    hyperparameters go together: usage errors before anything is built."""
     if settings.tensorboard_log is not None and not installed("tensorboard"):
         parser.error("argument --tensorboard-log: TensorBoard is not installed: pip install tensorboard")
     if settings.wandb_project is not None and not (installed("wandb") and installed("tensorboard")):
@@ -222,21 +252,62 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
     out = pathlib.Path(settings.out)
     if out.exists() and not out.is_dir():
         parser.error(f"argument --out: {out} is a file, not a folder")
-    if (out / MODEL_FILE).exists() and not args.overwrite:
+    if (out / MODEL_FILE).exists() and not args.overwrite and args.resume is None:
         parser.error(
             f"argument --out: {out} already holds {MODEL_FILE} from an earlier run: give another --out (without --out, "
-            "each run gets a new numbered folder under runs/), or --overwrite to replace that run's files"
+            f"each run gets a new numbered folder under runs/), --resume {out} to continue it, or --overwrite to "
+            "replace its files"
         )
     try:
         # The combinations (each value was checked when parsed), before anything is built.
         check_hyperparameters({name: schedule(value) for name, value in settings.hyperparameters.items()})
     except ValueError as error:
         parser.error(str(error))
+
+
+def _learn(model: IPPO, settings: TrainSettings, callbacks: list[Any], progress_bar: bool, resume: bool) -> bool:
+    """Train up to the budget (``settings.timesteps`` env steps in all, for a resumed run too); True if Ctrl-C
+    stopped it. The progress bar is closed either way (SB3 closes it only at the end of a complete ``learn``)."""
+    from stable_baselines3.common.callbacks import ProgressBarCallback
+
+    bar = ProgressBarCallback() if progress_bar else None
+    try:
+        model.learn(
+            settings.timesteps - model.num_timesteps if resume else settings.timesteps,
+            callback=[*callbacks, *([bar] if bar else [])] or None,
+            log_interval=settings.log_interval,
+            reset_num_timesteps=not resume,
+        )
+    except KeyboardInterrupt:
+        if bar is not None and hasattr(bar, "pbar"):
+            bar.pbar.close()
+        return True
+    return False
+
+
+def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.Path:
+    """Run ``train`` (or ``train --resume``) and return the path of the saved model.
+
+    :raises RunInterrupted: after Ctrl-C, once the run is saved, with the one line to print.
+    """
+    import torch as th
+
+    resume = args.resume is not None
+    if resume:
+        args = resumed_args(args, parser)
+    settings = resolve_train_settings(args, parser)
+    env_factory = EnvFactory(settings.env, tuple(settings.wrappers))
+    try:
+        env_factory.check()
+    except ValueError as error:
+        parser.error(f"argument --env: {error}")
+    _check_options(settings, args, parser)
     th.set_num_threads(settings.threads)
     _check_log_interval(env_factory, settings, parser)
-    model = _build(settings, env_factory, parser)
+    model = _load_to_resume(settings, env_factory, parser) if resume else _build(settings, env_factory, parser)
     game = is_turn_based_vec_env(model.env)
     settings = settings.with_game_defaults(game)
+    out = pathlib.Path(settings.out)
     if args.out is None:
         # The numbered folder chosen above may have been taken since by a run started at the same time.
         out = claim_run_folder(default_run_folder(settings.algo, settings.env))
@@ -249,47 +320,100 @@ def train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> pathlib.
         # wandb reads the metrics from the TensorBoard events (sync_tensorboard), as in its SB3 integration.
         settings = dataclasses.replace(settings, tensorboard_log=str(out / "tensorboard"))
     wandb_run = _start_wandb(settings) if settings.wandb_project is not None else None
-    model.set_logger(make_logger(settings, game))  # after wandb.init, which patches TensorBoard's writer
+    # after wandb.init, which patches TensorBoard's writer; a resumed run appends to its progress.csv
+    model.set_logger(make_logger(settings, game, append=resume))
     (out / RUN_FILE).write_text(json.dumps(settings.to_json(), indent=2) + "\n")
     wrappers = f" with wrappers {' '.join(map(str, settings.wrappers))}" if settings.wrappers else ""
-    print(
-        f"Training {settings.algorithm_name} on {settings.env} {settings.env_kwargs}{wrappers} for {settings.timesteps} "
-        f"env steps; output in {out}/"
-    )
+    what = f"{settings.algorithm_name} on {settings.env} {settings.env_kwargs}{wrappers}"
+    if resume:
+        print(f"Resuming {what} at {model.num_timesteps} of {settings.timesteps} env steps; output in {out}/")
+    else:
+        print(f"Training {what} for {settings.timesteps} env steps; output in {out}/")
     callbacks, extra_envs = _callbacks(settings, env_factory)
     if wandb_run is not None:
         from sb3_ippo.tracking import WandbCallback
 
         callbacks.append(WandbCallback())  # the model's hyperparameters into the run's config
     try:
-        model.learn(
-            settings.timesteps,
-            callback=callbacks or None,
-            log_interval=settings.log_interval,
-            progress_bar=not args.no_progress_bar and _progress_bar_available(),
-        )
+        interrupted = _learn(model, settings, callbacks, not args.no_progress_bar and _progress_bar_available(), resume)
     finally:
-        model.logger.close()  # progress.csv (and TensorBoard's events) complete on disk
-        for env in extra_envs:
-            env.close()
-    model_path = out / MODEL_FILE
-    model.save(model_path)
-    _record_env_in_zip(model_path, settings)
-    print(f"Saved the model to {model_path} and the log to {out / 'progress.csv'}")
-    _plot(out, f"{settings.algorithm_name} on {settings.env}", game)
-    if settings.eval_episodes > 0:
-        eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
-        with contextlib.closing(eval_env):
-            if game:
-                print_game_results(model, eval_env, settings.eval_episodes, heading="Final evaluation")
-            else:
-                result = evaluate_agents(model, eval_env, n_eval_episodes=settings.eval_episodes)
-                print_evaluation(result, "Final evaluation")
+        with ctrl_c_deferred(f"the run into {out}/"):
+            model.logger.close()  # progress.csv (and TensorBoard's events) complete on disk
+            for env in extra_envs:
+                env.close()
+    try:
+        with ctrl_c_deferred(f"the run into {out}/"):
+            model_path = _save_model(model, settings)
+            curve = _plot(out, f"{settings.algorithm_name} on {settings.env}", game)
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"Stopped while saving the run into {out}/: each file there is whole, {MODEL_FILE} and the learning "
+            "curve possibly missing or from before"
+        ) from None
+    curve_text = "" if curve is None else f", the learning curve to {curve}"
+    if interrupted:
+        assert model.env is not None
+        model.env.close()
+        if wandb_run is not None:
+            _finish_wandb(wandb_run, out)
+        raise RunInterrupted(
+            f"Interrupted at {model.num_timesteps} of {settings.timesteps} env steps: saved the model to {model_path}"
+            f"{curve_text} and the log to {out / 'progress.csv'}; continue with: python -m sb3_ippo train --resume "
+            f"{shlex.quote(str(out))}"
+        )
+    print(f"Saved the model to {model_path}{curve_text} and the log to {out / 'progress.csv'}")
+    _final_evaluation(model, settings, env_factory, game)
     assert model.env is not None
     model.env.close()
     if wandb_run is not None:
         _finish_wandb(wandb_run, out)
     return model_path
+
+
+def _final_evaluation(model: IPPO, settings: TrainSettings, env_factory: EnvFactory, game: bool) -> None:
+    """``--eval-episodes`` episodes (a game: games per seat against a random player), with a progress line every
+    few seconds; Ctrl-C stops it, the run being saved already."""
+    if settings.eval_episodes == 0:
+        return
+    eval_env = make_vec_env(env_factory, n_envs=1, seed=settings.seed + 10_000, env_kwargs=settings.env_kwargs)
+    try:
+        with contextlib.closing(eval_env):
+            if game:
+                print_game_results(model, eval_env, settings.eval_episodes, heading="Final evaluation")
+            else:
+                progress = EpisodeProgress(eval_env, settings.eval_episodes)
+                result = evaluate_agents(model, progress, n_eval_episodes=settings.eval_episodes)
+                print_evaluation(result, "Final evaluation")
+    except KeyboardInterrupt:
+        raise RunInterrupted(
+            f"Interrupted during the final evaluation; the run is saved in {settings.out}/ "
+            f"(python -m sb3_ippo evaluate {shlex.quote(settings.out)} evaluates it)"
+        ) from None
+
+
+def resumed_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """``--resume RUN_FOLDER``: the command line recorded in the folder's run.json, with ``--out`` that folder and the
+    ``--timesteps`` (a new budget) and ``--no-progress-bar`` given beside ``--resume``."""
+    folder: pathlib.Path = args.resume
+    if not (folder / RUN_FILE).is_file():
+        parser.error(f"argument --resume: {folder} has no {RUN_FILE}: give the --out folder of a run of `train`")
+    if not (folder / MODEL_FILE).is_file():
+        parser.error(
+            f"argument --resume: {folder} has no {MODEL_FILE} to continue from (the run stopped before saving one): "
+            f"start it again with the command in {folder / RUN_FILE}"
+        )
+    try:
+        recorded = json.loads((folder / RUN_FILE).read_text())["argv"]
+    except (ValueError, KeyError, TypeError) as error:
+        parser.error(f"argument --resume: {folder / RUN_FILE} is damaged ({type(error).__name__}: {error})")
+    argv = [*recorded[1:], "--out", str(folder)]  # recorded[0] is "train"
+    if args.timesteps is not None:
+        argv += ["--timesteps", str(args.timesteps)]
+    if args.no_progress_bar:
+        argv.append("--no-progress-bar")
+    resumed = parser.parse_args(argv)
+    resumed.command, resumed.resume = "train", folder
+    return resumed
 
 
 def _start_wandb(settings: TrainSettings) -> Any:

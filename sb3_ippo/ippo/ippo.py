@@ -132,8 +132,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         whole group, with every member's own Adam state and KL early stop. It takes the same random draws and does the
         same arithmetic as ``batched=False``, the one-agent-at-a-time reference path, so its results are equal up to
         float rounding (which long runs amplify: ``docs/algorithm.md``), at a fraction of the cost. Architectures that
-        cannot be stacked (batch normalization, dropout, gSDE, another optimizer, recurrent policies) fall back to the
-        reference path with a warning.
+        cannot be stacked (batch normalization, dropout, gSDE, another optimizer) fall back to the reference path with
+        a warning; recurrent and masked policies, never stacked, take it without one.
     :param async_training: Overlap each update with collection (the reference's background training thread).
         ``learn`` starts one learner process (spawn) holding copies of the policies; when an update is due, the
         drained trajectories are sent to it and trained there, while collection fills the next batch with the

@@ -271,13 +271,40 @@ def load_safetensors(path: PathOrFile) -> tuple[dict[str, Any], dict[str, Any]]:
     return data, params
 
 
-def _zip_payload(path: PathOrFile) -> io.BytesIO:
-    """The zip's bytes, checked to be a zip."""
+def _cut_short(payload: io.BytesIO) -> bool:
+    """Whether ``payload`` is the beginning of a zip without its end: it starts with a zip entry, but the zip's
+    directory (at the end of the file) is missing, or the one found is that of a zip stored inside it (torch's
+    weight files are zips), which does not list the first entry."""
+    data = payload.getvalue()
+    if not data.startswith(b"PK\x03\x04") or len(data) < 30:
+        return False
+    name_length = int.from_bytes(data[26:28], "little")
+    first_entry = data[30 : 30 + name_length].decode("utf-8", errors="replace")
+    try:
+        with zipfile.ZipFile(payload) as archive:
+            return first_entry not in archive.namelist()
+    except zipfile.BadZipFile:
+        return True
+    finally:
+        payload.seek(0)
+
+
+def check_zip_file(path: PathOrFile) -> io.BytesIO:
+    """The bytes of the zip at ``path`` (or of an open file), checked to be a whole zip.
+
+    :raises ModelFileError: naming the file, if it is a zip cut short (a truncated copy or an interrupted save), or
+        not a zip at all.
+    """
     payload = io.BytesIO(_read_zip_path(path) if isinstance(path, (str, pathlib.Path)) else _read_bytes(path))
+    size = len(payload.getvalue())
+    if _cut_short(payload):
+        raise ModelFileError(
+            f"{path} is a damaged zip, cut short: its {size} bytes are the beginning of a zip without its end (a "
+            "truncated file: an interrupted copy, download or save?)"
+        )
     if not zipfile.is_zipfile(payload):
         raise ModelFileError(
-            f"{path} is neither a zip nor a safetensors model file ({len(payload.getvalue())} bytes; a truncated or "
-            "damaged file?)"
+            f"{path} is neither a zip nor a safetensors model file ({size} bytes; a truncated or damaged file?)"
         )
     payload.seek(0)
     return payload
@@ -308,7 +335,7 @@ def load_zip_untrusted(path: PathOrFile, device: th.device | str = "auto") -> tu
         for a zip saved without the twin), or a ``.pth`` file that needs more than tensors.
     :raises ModelFileError: for a file that is not a zip, or whose ``data`` or twin is damaged or malformed.
     """
-    payload = _zip_payload(path)
+    payload = check_zip_file(path)
     with _file_errors(path, "reading its 'data' entry", (*_DAMAGE_ERRORS, zipfile.BadZipFile)):
         with zipfile.ZipFile(payload) as archive:
             raw = json.loads(archive.read("data")) if "data" in archive.namelist() else {}
@@ -354,7 +381,7 @@ def load_zip_trusted(
 
     :raises ModelFileError: for a file that is not a zip, or a damaged one.
     """
-    payload = _zip_payload(path)
+    payload = check_zip_file(path)
     data, params, _ = _read_weights(
         payload, path, device, trusted=True, custom_objects=custom_objects, print_system_info=print_system_info
     )

@@ -78,6 +78,23 @@ def _learner_main(connection: Connection, threads: int) -> None:
 
 
 @contextlib.contextmanager
+def _ctrl_c_ignored_from_the_start() -> Iterator[None]:
+    """While a child process is started, ignore SIGINT here: the child inherits that from its first instruction (as
+    Python does not install its Ctrl-C handler over an ignored SIGINT). Ctrl-C at a terminal reaches the whole
+    process group, and would otherwise interrupt the child's imports with a traceback of its own; the parent decides
+    when the child stops. A Ctrl-C in these few milliseconds is lost. Only in the main thread, the only one that may
+    set a signal's handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
 def _main_module_hidden(hide: bool) -> Iterator[None]:
     """While a process is started, hide the main module's file and spec from ``multiprocessing``'s spawn, which would
     otherwise have the child run the main script again (as ``__mp_main__``) to find what it defines: a script without
@@ -175,7 +192,7 @@ class LearnerProcess:
         self.process = context.Process(
             target=_learner_main, args=(child_connection, threads), name="ippo-learner", daemon=True
         )
-        with _main_module_hidden(not needs_main):
+        with _main_module_hidden(not needs_main), _ctrl_c_ignored_from_the_start():
             self.process.start()
         child_connection.close()
         self._updates = 0

@@ -19,7 +19,6 @@ episodes of its agent), as sb3-contrib's ``_process_sequence`` does when no epis
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -237,8 +236,9 @@ class RecurrentGroupRunner(GroupRunner):
     collection (``hidden_states``, rebuilt when the copies are: :meth:`reset_states`), and trains on whole sequences.
 
     Its members act one at a time, or all at once with ``share_parameters`` (one network, each member its own states);
-    they are not stacked: with ``batched=True``, a group of several independent members warns once and takes the
-    reference path (``batched=False``), which is what its results then equal.
+    they are never stacked: whatever ``batched`` says, a group of several independent members takes the reference
+    path (``batched=False``), which is what its results then equal. Silently, as masked groups do: ``batched=True`` is
+    the default, and a default setting should not warn about a path that is the only one.
     """
 
     def __init__(
@@ -250,11 +250,6 @@ class RecurrentGroupRunner(GroupRunner):
         batched: bool,
     ) -> None:
         super().__init__(group, policies, observation_spaces, action_spaces, batched=False)
-        if batched and len(self.agents) > 1 and not self.share_parameters:
-            warnings.warn(
-                f"Group {self.name!r} is trained one agent at a time (batched=False): recurrent policies are not stacked",
-                stacklevel=5,
-            )
         self.hidden_states: dict[AgentID, th.Tensor] = {}
 
     def __getstate__(self) -> dict[str, Any]:
