@@ -138,11 +138,14 @@ def test_shuffle_minibatches_changes_the_order_of_the_gradient_steps() -> None:
 
 
 def test_rollout_len_cuts_trajectories_into_chunks() -> None:
-    model = make_model(rollout_len=2, n_episodes=2)
+    # rollout_len=2 on one copy: an update of 2 transitions per agent (n_steps = rollout_len * n_envs; n_episodes is
+    # ignored) once every agent that acted has them. agent_0 acts in the first 2 steps of each 6-step episode, so the
+    # updates come after steps 2 and 8, and its partners' chunks wait in between.
+    model = make_model(rollout_len=2)
     model.learn(2 * EPISODE_LENGTH)
-    assert model.policy_version == 1
+    assert model.policy_version == 2
     for agent, stats in model.update_stats.items():
-        assert (stats.n_trajectories, stats.n_transitions) == (2, 4), agent
+        assert (stats.n_trajectories, stats.n_transitions) == (1, 2), agent
     # agent_2's two 6-step episodes made 6 chunks: 2 trained, 4 wait.
     assert [len(chunk) for chunk in model.buffers["agent_2"].finished] == [2, 2, 2, 2]
 

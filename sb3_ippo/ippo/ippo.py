@@ -301,7 +301,10 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     def _check_hyperparameters(self) -> None:
         """:raises ValueError: naming the first hyperparameter (or combination) that is not valid, and what it expects."""
         attributes = {"stats_window_size": "_stats_window_size", "groups": "group_definition"}
-        check_hyperparameters({name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES})
+        values = {name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES}
+        if getattr(self, "n_envs", None) is not None:
+            values["n_envs"] = self.n_envs  # the batch of rollout_len's rule: rollout_len * n_envs transitions
+        check_hyperparameters(values)
 
     # ----------------------------------------------------------------------------------------------------------
     # Model
@@ -397,7 +400,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         """Drain the batches (dropping stale trajectories) and read each group's settings at the current progress."""
         trajectories = {}
         for agent in self.possible_agents:
-            drained = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
+            drained = self.buffers[agent].drain(*self._update_trigger(), self.policy_version, self.max_version_lag)
             if drained:
                 trajectories[agent] = drained
         self._count_dropped_episodes()
