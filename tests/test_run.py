@@ -23,7 +23,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
-from tests.envs import DyingAgentsEnv, HeterogeneousEnv
+from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 from tests.helpers import (
     ALGORITHMS,
     EPISODE_LENGTH,
@@ -148,6 +148,32 @@ def test_rollout_len_cuts_trajectories_into_chunks() -> None:
         assert (stats.n_trajectories, stats.n_transitions) == (1, 2), agent
     # agent_2's two 6-step episodes made 6 chunks: 2 trained, 4 wait.
     assert [len(chunk) for chunk in model.buffers["agent_2"].finished] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("n_steps", [None, 8])
+def test_rollout_len_updates_every_rollout_len_steps_of_each_copy_on_fresh_data(n_steps: int | None) -> None:
+    # SB3's cadence: 2 copies whose episodes last 2 to 9 steps, rollout_len=4: an update every 4 steps of each copy (8
+    # env steps) on 8 transitions per agent (n_steps defaults to rollout_len * n_envs), all collected by the current
+    # policy: with first-step stamps, no trajectory of a batch began before the last update.
+    env = make_vec_env(lambda: VariableLengthEnv(n_agents=2, min_length=2, max_length=9), n_envs=2, seed=3)
+    model = make_model(env, rollout_len=4, n_steps=n_steps, version_stamp="first_step", async_training=False)
+    updates: list[tuple[int, dict[str, tuple[int, set[int]]]]] = []
+    prepare_update = model._prepare_update
+
+    def recording_prepare_update() -> Any:
+        job = prepare_update()
+        batches = {agent: (sum(map(len, batch)), {t.policy_version for t in batch}) for agent, batch in job.trajectories.items()}
+        updates.append((model.num_timesteps, batches))
+        return job
+
+    model._prepare_update = recording_prepare_update  # type: ignore[method-assign]
+    model.learn(24)
+
+    assert [at for at, _ in updates] == [8, 16, 24]
+    for version, (_, batches) in enumerate(updates):
+        assert batches == {agent: (8, {version}) for agent in model.possible_agents}
+    assert model.stale_episodes_dropped == 0
+    assert all(not buffer.finished for buffer in model.buffers.values())
 
 
 def test_max_episode_steps_truncates_episodes() -> None:
