@@ -27,11 +27,13 @@ from sb3_ippo.update.settings import (
 RULES: dict[str, tuple[Check, str]] = {
     **UPDATE_SETTING_RULES,
     "n_steps": (optional(positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
-    "n_episodes": (optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps"),
+    "n_episodes": (
+        optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps or rollout_len"
+    ),
     "max_version_lag": (non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
     "normalize_obs": (is_bool, TRUE_OR_FALSE),
     "normalize_returns": (is_bool, TRUE_OR_FALSE),
-    "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps per chunk) or None (whole episodes)"),
+    "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps of each env copy per rollout) or None (whole episodes)"),
     "max_episode_steps": (optional(positive_int), POSITIVE_INT + " or None (the env decides)"),
     "max_buffered_episodes": (optional(positive_int), POSITIVE_INT + " or None (unbounded)"),
     "version_stamp": (lambda value: value in VERSION_STAMPS, '"episode_end" (the reference) or "first_step"'),

@@ -162,7 +162,8 @@ def test_rollout_len_updates_every_rollout_len_steps_of_each_copy_on_fresh_data(
 
     def recording_prepare_update() -> Any:
         job = prepare_update()
-        batches = {agent: (sum(map(len, batch)), {t.policy_version for t in batch}) for agent, batch in job.trajectories.items()}
+        batches = {agent: (sum(map(len, batch)), {t.policy_version for t in batch}) 
+                   for agent, batch in job.trajectories.items()}
         updates.append((model.num_timesteps, batches))
         return job
 
