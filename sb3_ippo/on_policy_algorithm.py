@@ -386,7 +386,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
         steps = self.num_timesteps - self._num_timesteps_at_start
         n_episodes, n_steps = self._update_trigger()
-        message = no_update_message(steps, self.policy_version, n_steps, n_episodes, counts)
+        rollout_len = self.rollout_len if self.n_steps is None else None
+        message = no_update_message(steps, self.policy_version, n_steps, n_episodes, counts, rollout_len)
         self.logger.warn(message)
         warnings.warn(message, UserWarning, stacklevel=3)
 
@@ -406,7 +407,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                     raise ValueError(
                         f"Agent {agent!r}'s buffer holds max_buffered_episodes={self.max_buffered_episodes} trajectories "
                         f"({transitions} transitions), fewer than n_steps={n_steps}: no update could ever be due. "
-                        "Raise max_buffered_episodes or lower n_steps."
+                        f"Raise max_buffered_episodes or lower {'n_steps' if self.n_steps is not None else 'rollout_len'}."
                     )
         return bool(self._agents_seen) and all(self.buffers[agent].is_ready(*trigger) for agent in self._agents_seen)
 
