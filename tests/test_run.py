@@ -232,6 +232,9 @@ def test_max_buffered_episodes_that_cannot_cover_n_steps_of_bounded_trajectories
         make_model(n_steps=100, max_buffered_episodes=2, max_episode_steps=25)
     with pytest.raises(ValueError, match="cannot cover n_steps"):
         make_model(n_steps=100, max_buffered_episodes=4, rollout_len=10)
+    # rollout_len's own batch: 4 steps x 3 copies = 12 transitions, more than 2 pieces of at most 4 steps.
+    with pytest.raises(ValueError, match=r"cannot cover n_steps \(12\)"):
+        make_model(make_vec_env(DyingAgentsEnv, n_envs=3), rollout_len=4, max_buffered_episodes=2)
 
 
 def test_a_buffer_full_of_too_few_transitions_stops_learn_with_a_clear_error() -> None:

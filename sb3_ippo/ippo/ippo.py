@@ -310,6 +310,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                     "AECEnv or sb3_ippo.make_vec_env(...). To use a saved model without one, call IPPO.load(path)."
                 )
             self._use_env(as_multiagent_vec_env(env))
+            if self.rollout_len is not None and self.n_steps is None:
+                self._check_hyperparameters()  # again with n_envs: rollout_len's batch is rollout_len * n_envs
             self._setup_model()
 
     def _check_hyperparameters(self) -> None:
