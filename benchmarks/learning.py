@@ -28,8 +28,12 @@ reads them).
 - ``ippo_shared_sb3`` (only with ``--algos``): every group shares one network (``share_parameters=True``), updated
   as SB3's PPO updates the peer: ``n_epochs=10``, ``batch_size=256``, ``target_kl=None``, ``shuffle_minibatches=True``.
 - ``ippo_as_peer`` (only with ``--algos``): ``ippo_shared_sb3`` with the peer's batch rule and targets as well:
-  ``rollout_len=256``, ``n_steps=2048``, ``n_episodes=None``, ``normalize_returns=False``,
-  ``time_limit_bootstrap=False``.
+  ``rollout_len=256`` (SB3's rollout cadence: an update every 256 steps of each copy, ``n_steps`` left None: 256 x
+  the copies), ``normalize_returns=False``, ``time_limit_bootstrap=False``.
+- ``ippo_rollout128`` (only with ``--algos``): IPPO's independent networks with the batch rule independent of
+  episode length and SB3's PPO update: ``rollout_len=128`` (an update every 128 steps of each copy: 1,024
+  transitions per agent with 8 copies), ``batch_size=256``, ``n_epochs=10``, ``target_kl=None`` and
+  ``shuffle_minibatches=True`` (SB3's PPO: 10 shuffled passes, no KL stop); IPPO's value targets otherwise.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -86,6 +90,7 @@ ALGOS = (
     "ippo_mb256",
     "ippo_shared_sb3",
     "ippo_as_peer",
+    "ippo_rollout128",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -102,10 +107,11 @@ LABELS = {
     "ippo_mb256": "IPPO (defaults), minibatches of 256 transitions",
     "ippo_shared_sb3": "IPPO, each group shares one network, updated as SB3's PPO",
     "ippo_as_peer": "IPPO configured as the peer (shared networks, SB3's update, rollouts of 256 steps)",
+    "ippo_rollout128": "IPPO, rollouts of 128 steps per copy, SB3's update (minibatches of 256, 10 passes)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black", "gold", "navy", "teal",
+    "tab:cyan", "black", "gold", "navy", "teal", "maroon",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -141,14 +147,20 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # how much of a gap to the peer is sharing and update rule, and how much is the rest.
     "ippo_shared_sb3": {
         "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
-    },    # ``ippo_shared_sb3`` with the peer's batch rule and targets too: an update every 256 steps of each env copy (each
-    # agent's trajectory cut every 256 steps, bootstrapping from V of the next observation; 8 copies: 2,048 transitions
-    # per agent, as the peer's 256 per VecEnv entry), raw returns for the value head, and a time limit as a
-    # termination (SuperSuit's SB3 wrapper does not mark truncations). What is left of a gap is IPPO's machinery.
+    },
+    # ``ippo_shared_sb3`` with the peer's batch rule and targets too: an update every 256 steps of each env copy, as the
+    # peer's 256 per VecEnv entry (every agent's trajectory in a copy cut each 256 of its steps there, counted across
+    # episode ends, bootstrapping from V of the next observation; n_steps None: 256 x 8 copies = 2,048 transitions per
+    # agent), raw returns for the value head, and a time limit as a termination (SuperSuit's SB3 wrapper does not mark
+    # truncations). What is left of a gap is IPPO's machinery.
     "ippo_as_peer": {
         "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
-        "n_steps": 2048, "n_episodes": None, "rollout_len": 256, "normalize_returns": False,
-        "time_limit_bootstrap": False,
+        "rollout_len": 256, "normalize_returns": False, "time_limit_bootstrap": False,
+    },
+    # The batch rule independent of episode length on IPPO's own networks (one per agent): SB3's rollout of 128 steps
+    # per copy and SB3's PPO update (10 shuffled passes over minibatches of 256, no KL stop), IPPO's value targets.
+    "ippo_rollout128": {
+        "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
     },
 }
 SPREAD_REFERENCES = (

@@ -9,11 +9,14 @@ Three differences from SB3's PPO remain, and the variants here remove them (sync
 - ``sb3_update``: plus SB3's GAE lambda (0.95, IPPO's default is 0.97) and SB3's advantage normalization per
   minibatch (IPPO normalizes once over the batch; it has no per-minibatch option, so this variant wraps the update's
   loss function).
-- ``sb3_cadence``: ``sb3_update`` plus SB3's rollout cadence. ``rollout_len=256`` cuts a trajectory when *it* has
-  256 steps; an episode of 500 steps thus ends in a chunk of 244, the update (2,048 transitions per agent) waits for
-  the next chunks, and from the second update on every batch holds data of the previous policy (21 updates in 50k
-  env steps). SB3 collects 256 steps of each copy across episode ends: here every open trajectory of a copy is cut
-  each 256 steps of that copy, counted across episodes, which gives the peer's 24 updates in 50k env steps.
+- ``sb3_cadence``: ``sb3_update`` plus SB3's rollout cadence. When this script was written, ``rollout_len=256`` cut a
+  trajectory when *it* had 256 steps; an episode of 500 steps thus ended in a chunk of 244, the update (2,048
+  transitions per agent) waited for the next chunks, and from the second update on every batch held data of the
+  previous policy (21 updates in 50k env steps). SB3 collects 256 steps of each copy across episode ends: this
+  variant cut every open trajectory of a copy each 256 steps of that copy, counted across episodes, which gave the
+  peer's 24 updates in 50k env steps. ``sb3_ippo`` now cuts so itself (``rollout_len``), so ``as_peer`` and
+  ``sb3_update`` have the cadence too, and ``sb3_cadence`` runs as ``sb3_update`` does (the patch below cuts where
+  the buffer does); the ``as_peer`` and ``sb3_update`` figures of ``docs/benchmarks.md`` were measured before.
 - ``peer``: the peer itself (``benchmarks/common.py``).
 
 Each run prints the mean training-episode team return per bin of 5,000 env steps, the last 10% of the budget, the
@@ -66,7 +69,8 @@ def per_minibatch_advantages() -> None:
 
 def sb3_rollout_cadence() -> None:
     """Cut every open trajectory of a copy each ``rollout_len`` steps of that copy, counted across episode ends (SB3's
-    rollout of ``n_steps`` per env), instead of when the trajectory itself reaches ``rollout_len`` steps."""
+    rollout of ``n_steps`` per env), instead of when the trajectory itself reaches ``rollout_len`` steps. (The patch
+    that measured the cadence; ``AgentEpisodeBuffer`` now cuts so itself, where every agent acts in every step.)"""
     add = buffer_module.AgentEpisodeBuffer.add
     signature = inspect.signature(add)
 

@@ -1,7 +1,8 @@
 """The per-agent episode buffer: whole trajectories, stamped with the policy version that collected them.
 
 One :class:`AgentEpisodeBuffer` per agent. During collection it keeps one open trajectory per env copy and
-closes it when the agent's episode ends (terminated or truncated) or when ``rollout_len`` cuts it. Finished
+closes it when the agent's episode ends (terminated or truncated) or when ``rollout_len`` cuts it: every
+``rollout_len`` of the agent's steps in that copy, counted across episode ends (SB3's rollout cadence). Finished
 trajectories wait in arrival order until an update drains them; stale ones (collected by a policy more than
 ``max_version_lag`` versions old) are dropped and counted, never trained on.
 """
@@ -115,8 +116,12 @@ class AgentEpisodeBuffer:
     """Whole trajectories of one agent, from ``n_envs`` env copies.
 
     :param n_envs: Number of env copies feeding the buffer.
-    :param rollout_len: Cut an open trajectory after this many steps; the chunk bootstraps from V(next obs).
-        None: trajectories end only with the agent's episode.
+    :param rollout_len: Cut the open trajectory of a copy each time the agent's steps recorded from that copy reach a
+        multiple of ``rollout_len``, counted across its episode ends (SB3's rollout of ``n_steps`` per env): a 6-step
+        episode and ``rollout_len=4`` give chunks of 4, 2 (the episode ends), 2 (the count reaches 8), 4 (12, the
+        episode ends). A cut chunk bootstraps from V(next obs). A copy's count leaves out the steps of a trajectory
+        that ``drop_open`` forgets (they never train), so the agent's kept transitions from each copy are a multiple
+        of ``rollout_len`` at every cut. None: trajectories end only with the agent's episode.
     :param max_buffered_episodes: At most this many finished trajectories wait for an update; more are
         rejected and counted in ``rejected_episodes``. None: unbounded.
     :param version_stamp: The policy version a trajectory carries: ``"episode_end"``, the version current when it
@@ -142,6 +147,8 @@ class AgentEpisodeBuffer:
         self.max_buffered_episodes = max_buffered_episodes
         self.version_stamp = version_stamp
         self._open: list[_OpenTrajectory | None] = [None] * n_envs
+        # Per copy: the agent's steps recorded since the last rollout_len cut, across episode ends.
+        self.steps_since_cut = [0] * n_envs
         self.finished: deque[Trajectory] = deque()
         self.stale_episodes_dropped = 0
         self.rejected_episodes = 0
@@ -189,8 +196,13 @@ class AgentEpisodeBuffer:
             ended = self._close_ended(
                 env_idx, terminations[env_idx], truncations[env_idx], final_obs, policy_version, max_version_lag
             )
-            if not ended and self.rollout_len is not None and len(trajectory.rewards) >= self.rollout_len:
-                self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag, truncated=False)
+            if self.rollout_len is None:
+                continue
+            self.steps_since_cut[env_idx] += 1
+            if self.steps_since_cut[env_idx] >= self.rollout_len:
+                self.steps_since_cut[env_idx] = 0
+                if not ended:
+                    self._finish(env_idx, False, _row(next_obs, env_idx), policy_version, max_version_lag, truncated=False)
 
     def credit(
         self,
@@ -261,10 +273,19 @@ class AgentEpisodeBuffer:
 
     def drop_open(self, env_idx: int | None = None) -> int:
         """Forget the trajectories in progress: of copy ``env_idx`` (its episode was lost), or of every copy (they were
-        reset behind the buffer's back). Returns how many were dropped."""
+        reset behind the buffer's back). Returns how many were dropped.
+
+        Their steps leave the copy's ``rollout_len`` count too, so its next cut comes when its kept steps reach the next
+        multiple: an update of ``rollout_len * n_envs`` transitions then takes whole rollouts, not a leftover."""
         indices = range(self.n_envs) if env_idx is None else [env_idx]
-        dropped = sum(self._open[i] is not None for i in indices)
+        dropped = 0
         for i in indices:
+            trajectory = self._open[i]
+            if trajectory is not None:
+                dropped += 1
+                if self.rollout_len is not None:
+                    # The open trajectory began at or after the copy's last cut, so the count stays >= 0.
+                    self.steps_since_cut[i] -= len(trajectory.rewards)
             self._open[i] = None
         return dropped
 

@@ -95,11 +95,18 @@ def check_env_matches(
 
 
 def no_update_message(
-    steps: int, policy_version: int, n_steps: int | None, n_episodes: int | None, counts: Sequence[tuple[int, int]]
+    steps: int,
+    policy_version: int,
+    n_steps: int | None,
+    n_episodes: int | None,
+    counts: Sequence[tuple[int, int]],
+    rollout_len: int | None = None,
 ) -> str:
     """What to say when ``learn`` spent ``steps`` env steps without a single update, and what would give one.
 
+    :param n_steps: The transitions per agent an update takes (``rollout_len * n_envs`` under ``rollout_len``'s rule).
     :param counts: Each agent that acted: its fresh finished trajectories and their transitions (``fresh_counts``).
+    :param rollout_len: Set when ``n_steps`` comes from ``rollout_len`` (the user set no ``n_steps``).
     """
     if n_steps is not None:
         trigger, wanted, column, unit = "n_steps", n_steps, 1, "transitions in finished trajectories"
@@ -107,11 +114,15 @@ def no_update_message(
         trigger, wanted, column, unit = "n_episodes", n_episodes or 0, 0, "finished trajectories"
     have = min((count[column] for count in counts), default=0)
     lower = f", or lower {trigger}" if wanted > 1 else ""
+    if rollout_len is not None:
+        trigger, lower = f"rollout_len={rollout_len} x the env copies: n_steps", ", or lower rollout_len"
     if have > 0:
         advice = (
             f"About {-(-steps * wanted // have)} env steps would give one: raise total_timesteps (or call learn "
             f"again with reset_num_timesteps=False){lower}."
         )
+    elif rollout_len is not None:
+        advice = f"No trajectory finished within the budget: raise total_timesteps{lower}."
     else:
         advice = (
             "No trajectory finished within the budget: raise total_timesteps, or cut episodes with "

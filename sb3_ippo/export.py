@@ -146,7 +146,7 @@ def ppo_hyperparameters(model: MultiAgentOnPolicyAlgorithm, settings: UpdateSett
     that ``learn`` on the exported model goes on with them; PPO's defaults where IPPO has no equivalent."""
     return dict(
         learning_rate=settings.learning_rate,
-        n_steps=max(model.n_steps or 2048, 2),
+        n_steps=max(model.rollout_len or model.n_steps or 2048, 2),  # rollout_len is SB3's n_steps per env copy
         batch_size=settings.batch_size or 64,
         n_epochs=settings.n_epochs,
         gamma=settings.gamma,

@@ -27,11 +27,13 @@ from sb3_ippo.update.settings import (
 RULES: dict[str, tuple[Check, str]] = {
     **UPDATE_SETTING_RULES,
     "n_steps": (optional(positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
-    "n_episodes": (optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps"),
+    "n_episodes": (
+        optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps or rollout_len"
+    ),
     "max_version_lag": (non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
     "normalize_obs": (is_bool, TRUE_OR_FALSE),
     "normalize_returns": (is_bool, TRUE_OR_FALSE),
-    "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps per chunk) or None (whole episodes)"),
+    "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps of each env copy per rollout) or None (whole episodes)"),
     "max_episode_steps": (optional(positive_int), POSITIVE_INT + " or None (the env decides)"),
     "max_buffered_episodes": (optional(positive_int), POSITIVE_INT + " or None (unbounded)"),
     "version_stamp": (lambda value: value in VERSION_STAMPS, '"episode_end" (the reference) or "first_step"'),
@@ -89,10 +91,11 @@ def check_hyperparameters(values: Mapping[str, Any]) -> None:
         if name in RULES:
             check_hyperparameter(name, value)
     n_steps, n_episodes = values.get("n_steps"), values.get("n_episodes")
-    if "n_episodes" in values and n_steps is None and n_episodes is None:
+    if "n_episodes" in values and n_steps is None and n_episodes is None and values.get("rollout_len") is None:
         raise ValueError(
-            "n_episodes and n_steps are both None: nothing would ever trigger an update. Set n_episodes (finished "
-            "trajectories per agent per update, e.g. 8) or n_steps (transitions per agent per update, e.g. 2048)."
+            "n_episodes and n_steps are both None (and rollout_len too): nothing would ever trigger an update. Set "
+            "n_episodes (finished trajectories per agent per update, e.g. 8) or n_steps (transitions per agent per "
+            "update, e.g. 2048), or rollout_len (an update every rollout_len steps of each env copy, as SB3's n_steps)."
         )
     _check_update_trigger(values)
     for group, settings in (values.get("group_kwargs") or {}).items():
@@ -111,12 +114,15 @@ def check_hyperparameters(values: Mapping[str, Any]) -> None:
 
 def _check_update_trigger(values: Mapping[str, Any]) -> None:
     """Refuse a buffer bound under which no update could ever be due (collection would reject trajectories forever).
-    With ``n_steps``, that is known where trajectories have a known maximum length (``rollout_len``,
-    ``max_episode_steps``); otherwise learn says so as soon as a buffer is full and still not ready."""
+    With ``n_steps`` (or ``rollout_len``, whose rule takes ``rollout_len * n_envs`` transitions, with ``values``'
+    ``n_envs`` where known, else at least one copy's), that is known where trajectories have a known maximum length
+    (``rollout_len``, ``max_episode_steps``); otherwise learn says so as soon as a buffer is full and still not ready."""
     max_buffered = values.get("max_buffered_episodes")
     if max_buffered is None:
         return
     n_steps, n_episodes = values.get("n_steps"), values.get("n_episodes")
+    if n_steps is None and values.get("rollout_len") is not None:
+        n_steps = values["rollout_len"] * values.get("n_envs", 1)
     if n_steps is None:
         if n_episodes is not None and max_buffered < n_episodes:
             raise ValueError(

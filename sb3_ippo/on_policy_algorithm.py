@@ -167,7 +167,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         return MappingProxyType({name: list(group.agents) for name, group in self._agent_groups.items()})
 
     def _make_buffers(self) -> None:
-        """(Re)build the per-agent buffers for ``n_envs`` copies, keeping any finished trajectories."""
+        """(Re)build the per-agent buffers for ``n_envs`` copies, keeping any finished trajectories (and, for the same
+        number of copies, each copy's place in its ``rollout_len`` rollout, without the trajectories left open)."""
         old = getattr(self, "buffers", {})
         self.buffers = {
             agent: AgentEpisodeBuffer(self.n_envs, self.rollout_len, self.max_buffered_episodes, self.version_stamp)
@@ -175,6 +176,17 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         }
         for agent, buffer in old.items():
             self.buffers[agent].finished = buffer.finished
+            if buffer.n_envs == self.n_envs and buffer.rollout_len == self.rollout_len:
+                buffer.drop_open()
+                self.buffers[agent].steps_since_cut = buffer.steps_since_cut
+
+    def _update_trigger(self) -> tuple[int | None, int | None]:
+        """``(n_episodes, n_steps)`` of the batch rule, as the buffers take them: ``n_steps`` transitions per agent if set;
+        else, with ``rollout_len``, one rollout of every copy (``rollout_len * n_envs`` transitions per agent); else
+        ``n_episodes`` trajectories per agent (the reference's rule)."""
+        if self.n_steps is None and self.rollout_len is not None:
+            return None, self.rollout_len * self.n_envs
+        return self.n_episodes, self.n_steps
 
     @property
     def policies(self) -> Mapping[AgentID, ActorCriticPolicy]:
@@ -396,7 +408,9 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         give one: an SB3 habit such as ``n_steps=2048`` with ``learn(1000)`` would otherwise be a silent no-op."""
         counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
         steps = self.num_timesteps - self._num_timesteps_at_start
-        message = no_update_message(steps, self.policy_version, self.n_steps, self.n_episodes, counts)
+        n_episodes, n_steps = self._update_trigger()
+        rollout_len = self.rollout_len if self.n_steps is None else None
+        message = no_update_message(steps, self.policy_version, n_steps, n_episodes, counts, rollout_len)
         self.logger.warn(message)
         warnings.warn(message, UserWarning, stacklevel=3)
 
@@ -406,7 +420,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         :raises ValueError: when an agent's buffer is full of fresh trajectories that are not enough for an update
             (``max_buffered_episodes`` too small for ``n_steps``): no update could ever come.
         """
-        trigger = (self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
+        n_episodes, n_steps = self._update_trigger()
+        trigger = (n_episodes, n_steps, self.policy_version, self.max_version_lag)
         if self._update_in_flight is None:
             for agent in self._agents_seen:
                 buffer = self.buffers[agent]
@@ -414,8 +429,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                     _, transitions = buffer.fresh_counts(self.policy_version, self.max_version_lag)
                     raise ValueError(
                         f"Agent {agent!r}'s buffer holds max_buffered_episodes={self.max_buffered_episodes} trajectories "
-                        f"({transitions} transitions), fewer than n_steps={self.n_steps}: no update could ever be due. "
-                        "Raise max_buffered_episodes or lower n_steps."
+                        f"({transitions} transitions), fewer than n_steps={n_steps}: no update could ever be due. "
+                        f"Raise max_buffered_episodes or lower {'n_steps' if self.n_steps is not None else 'rollout_len'}."
                     )
         return bool(self._agents_seen) and all(self.buffers[agent].is_ready(*trigger) for agent in self._agents_seen)
 

@@ -255,6 +255,50 @@ def test_a_cut_chunk_advantage_bootstraps_the_value_of_the_next_observation() ->
     np.testing.assert_allclose(batch.advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_rollout_len_counts_each_copys_steps_across_episode_ends() -> None:
+    # SB3's cadence: the copy's count runs on through episode ends. Cut at 4; the episode ends at 6 (2); the next
+    # episode's first 2 steps reach 8, a cut (2); its last 4 reach 12, its end and a cut (4).
+    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
+    feeder = Feeder(buffer)
+
+    feeder.episode(6)
+    feeder.episode(6)
+
+    assert lengths(buffer.finished) == [4, 2, 2, 4]
+    assert [chunk.terminated for chunk in buffer.finished] == [False, True, False, True]
+    np.testing.assert_array_equal(buffer.finished[2].bootstrap_obs, observation(0, 2))
+
+
+def test_rollout_len_counts_only_the_steps_the_agent_acted_in() -> None:
+    # The agent's episode ends after 2 steps; it sits out 3 steps of the copy, then acts again: its count reaches 4
+    # two steps into its next episode (a cut), not 4 steps of the copy after the last cut.
+    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
+    feeder = Feeder(buffer)
+
+    feeder.episode(2)
+    for _ in range(3):
+        feeder.step(acted=[False])
+    for _ in range(6):
+        feeder.step()
+
+    assert lengths(buffer.finished) == [2, 2, 4]
+
+
+def test_a_forgotten_trajectory_leaves_its_copys_rollout_count() -> None:
+    # After a cut at 4, the episode ends at 6 (a chunk of 2) and the next one is lost after 1 step (drop_open): the
+    # next cut comes when the copy's kept steps reach 8, so each cut still closes whole rollouts of kept transitions.
+    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
+    feeder = Feeder(buffer)
+    feeder.episode(6)
+    feeder.step()
+
+    assert buffer.drop_open() == 1
+    for _ in range(2):
+        feeder.step()
+
+    assert lengths(buffer.finished) == [4, 2, 2]
+
+
 # --- Version stamping and staleness ----------------------------------------------------------------------------------
 
 

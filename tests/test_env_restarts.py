@@ -207,9 +207,9 @@ def test_training_survives_an_env_that_raises_on_its_kth_step(rollout_len: int |
     drained = record_trajectories(model)
     model.learn(30)
     assert model.env_restarts == env.restarts == 1
-    # Both agents' trajectories in progress in copy 0; with rollout_len=4, those 4 steps were a finished chunk
-    # already, so nothing was in progress.
-    assert model.episodes_lost == (2 if rollout_len is None else 0)
+    # Both agents' trajectories in progress in copy 0: its 4 steps of the second episode, or with rollout_len=4 the
+    # last 2 of them (copy 0's count reached 8, a cut, 2 steps into that episode).
+    assert model.episodes_lost == 2
     for trajectory in drained:
         steps = episode_steps(trajectory.observations)
         assert steps.tolist() == list(range(steps[0], steps[0] + len(trajectory)))

@@ -202,6 +202,16 @@ def test_learn_that_ends_without_an_update_warns_with_the_budget_that_would_give
     assert output.dumps == []
 
 
+def test_learn_without_an_update_under_rollout_len_names_rollout_len() -> None:
+    # One copy: an update when every agent has 128 transitions; agent_0 acts in 2 of every 6 steps.
+    model = make_model(rollout_len=128)
+    expected = (
+        r"needs rollout_len=128 x the env copies: n_steps=128 transitions .* has 4\. About 384 env steps.*lower rollout_len"
+    )
+    with pytest.warns(UserWarning, match=expected):
+        model.learn(12)
+
+
 def test_an_sb3_habit_n_steps_2048_with_a_short_budget_warns() -> None:
     with pytest.warns(UserWarning, match=r"n_steps=2048 transitions.*About \d+ env steps would give one"):
         make_model(n_steps=2048).learn(100)

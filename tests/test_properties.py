@@ -76,15 +76,19 @@ class ReferenceBuffer:
     finished: list[RefTrajectory] = field(default_factory=list)
     stale: int = 0
     rejected: int = 0
+    kept_steps: dict[int, int] = field(default_factory=dict)  # per copy: steps recorded and not forgotten by drop_open
 
     def add(self, env_idx: int, tid: int, version: int, terminated: bool, truncated: bool, final: bool, lag: int) -> None:
         trajectory = self.open.setdefault(env_idx, RefTrajectory([], env_idx, version))
         trajectory.ids.append(tid)
+        self.kept_steps[env_idx] = self.kept_steps.get(env_idx, 0) + 1
+        # SB3's cadence: a cut each time the copy's kept steps reach a multiple of rollout_len, across episode ends.
+        cut = self.rollout_len is not None and self.kept_steps[env_idx] % self.rollout_len == 0
         if terminated:
             self._finish(env_idx, True, None, version, lag)
         elif truncated:
             self._finish(env_idx, False, (tid + 0.5, env_idx) if final else (tid, env_idx), version, lag)
-        elif self.rollout_len is not None and len(trajectory.ids) >= self.rollout_len:
+        elif cut:
             self._finish(env_idx, False, (-tid, env_idx), version, lag)
 
     def _finish(self, env_idx: int, terminated: bool, bootstrap: Any, version: int, lag: int) -> None:
@@ -116,7 +120,7 @@ class ReferenceBuffer:
     def drop_open(self, env_idx: int | None) -> int:
         indices = list(self.open) if env_idx is None else [env_idx] if env_idx in self.open else []
         for index in indices:
-            del self.open[index]
+            self.kept_steps[index] -= len(self.open.pop(index).ids)
         return len(indices)
 
 

@@ -127,6 +127,19 @@ def test_hidden_states_reset_exactly_at_each_agents_own_episode_start() -> None:
             assert zero == (step == start), f"{agent} at step {step}: state {'zero' if zero else 'carried'}"
 
 
+def test_a_piece_cut_on_the_rollout_cadence_starts_from_the_carried_state() -> None:
+    # agent_2's 6-step episodes, rollout_len=4 counted across episode ends: pieces start at steps 0, 4 | 0, 2 | 0, ...
+    # A piece that starts mid-episode (a cut) carries the state collection had there; one at an episode start is zeros.
+    model = recurrent_model(rollout_len=4, n_steps=10**6, learning_rate=frozen)  # no update: every piece waits
+    with pytest.warns(UserWarning, match="without a single update"):
+        model.learn(4 * 6)
+    pieces = list(model.buffers["agent_2"].finished)
+    assert [(episode_step(t), len(t)) for t in pieces] == [(0, 4), (4, 2), (0, 2), (2, 4)] * 2
+    for piece in pieces:
+        assert piece.initial_state is not None
+        assert piece.initial_state.any() == (episode_step(piece) != 0)
+
+
 def test_a_dying_agents_state_is_zeroed_in_its_copy_while_the_others_carry_theirs() -> None:
     env = make_vec_env(joining_env, n_envs=2, seed=0)
     model = recurrent_model(env, n_episodes=100)  # no update within the run

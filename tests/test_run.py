@@ -23,7 +23,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
-from tests.envs import DyingAgentsEnv, HeterogeneousEnv
+from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 from tests.helpers import (
     ALGORITHMS,
     EPISODE_LENGTH,
@@ -138,13 +138,43 @@ def test_shuffle_minibatches_changes_the_order_of_the_gradient_steps() -> None:
 
 
 def test_rollout_len_cuts_trajectories_into_chunks() -> None:
-    model = make_model(rollout_len=2, n_episodes=2)
+    # rollout_len=2 on one copy: an update of 2 transitions per agent (n_steps = rollout_len * n_envs; n_episodes is
+    # ignored) once every agent that acted has them. agent_0 acts in the first 2 steps of each 6-step episode, so the
+    # updates come after steps 2 and 8, and its partners' chunks wait in between.
+    model = make_model(rollout_len=2)
     model.learn(2 * EPISODE_LENGTH)
-    assert model.policy_version == 1
+    assert model.policy_version == 2
     for agent, stats in model.update_stats.items():
-        assert (stats.n_trajectories, stats.n_transitions) == (2, 4), agent
+        assert (stats.n_trajectories, stats.n_transitions) == (1, 2), agent
     # agent_2's two 6-step episodes made 6 chunks: 2 trained, 4 wait.
     assert [len(chunk) for chunk in model.buffers["agent_2"].finished] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("n_steps", [None, 8])
+def test_rollout_len_updates_every_rollout_len_steps_of_each_copy_on_fresh_data(n_steps: int | None) -> None:
+    # SB3's cadence: 2 copies whose episodes last 2 to 9 steps, rollout_len=4: an update every 4 steps of each copy (8
+    # env steps) on 8 transitions per agent (n_steps defaults to rollout_len * n_envs), all collected by the current
+    # policy: with first-step stamps, no trajectory of a batch began before the last update.
+    env = make_vec_env(lambda: VariableLengthEnv(n_agents=2, min_length=2, max_length=9), n_envs=2, seed=3)
+    model = make_model(env, rollout_len=4, n_steps=n_steps, version_stamp="first_step", async_training=False)
+    updates: list[tuple[int, dict[str, tuple[int, set[int]]]]] = []
+    prepare_update = model._prepare_update
+
+    def recording_prepare_update() -> Any:
+        job = prepare_update()
+        batches = {agent: (sum(map(len, batch)), {t.policy_version for t in batch}) 
+                   for agent, batch in job.trajectories.items()}
+        updates.append((model.num_timesteps, batches))
+        return job
+
+    model._prepare_update = recording_prepare_update  # type: ignore[method-assign]
+    model.learn(24)
+
+    assert [at for at, _ in updates] == [8, 16, 24]
+    for version, (_, batches) in enumerate(updates):
+        assert batches == {agent: (8, {version}) for agent in model.possible_agents}
+    assert model.stale_episodes_dropped == 0
+    assert all(not buffer.finished for buffer in model.buffers.values())
 
 
 def test_max_episode_steps_truncates_episodes() -> None:
@@ -202,6 +232,9 @@ def test_max_buffered_episodes_that_cannot_cover_n_steps_of_bounded_trajectories
         make_model(n_steps=100, max_buffered_episodes=2, max_episode_steps=25)
     with pytest.raises(ValueError, match="cannot cover n_steps"):
         make_model(n_steps=100, max_buffered_episodes=4, rollout_len=10)
+    # rollout_len's own batch: 4 steps x 3 copies = 12 transitions, more than 2 pieces of at most 4 steps.
+    with pytest.raises(ValueError, match=r"cannot cover n_steps \(12\)"):
+        make_model(make_vec_env(DyingAgentsEnv, n_envs=3), rollout_len=4, max_buffered_episodes=2)
 
 
 def test_a_buffer_full_of_too_few_transitions_stops_learn_with_a_clear_error() -> None:

@@ -47,7 +47,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     versions old are dropped and counted in ``stale_episodes_dropped``: stale data never trains.
 
     Largely identical to SB3's PPO in its losses (clipped surrogate, optional value clipping, entropy bonus,
-    gradient clipping); it differs in what a batch is (whole trajectories, not fixed-length rollouts), in when
+    gradient clipping); it differs in what a batch is (whole trajectories by default; with ``rollout_len``, SB3's
+    fixed-length rollouts of every env copy), in when
     values and log-probs are computed (at update time, by default) and in the early stop (checked before every
     gradient step, stopping all remaining passes of that agent). With ``async_training``, each update runs in a
     learner process while collection goes on with the previous policies (see the parameter).
@@ -65,12 +66,16 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         remaining progress (from 1 to 0).
     :param n_steps: If set, an update is due once every agent that has acted has finished trajectories covering
         at least ``n_steps`` transitions (reference: ``min_steps_per_epoch``), and it drains just enough of the
-        oldest ones; ``n_episodes`` is then ignored. None: count episodes.
+        oldest ones; ``n_episodes`` is then ignored. None: ``rollout_len * n_envs`` if ``rollout_len`` is set (one
+        rollout of every env copy), else count episodes (``n_episodes``). NOTE: SB3's ``n_steps`` counts steps per
+        env copy; this one counts one agent's transitions over all copies: SB3's ``n_steps=N`` is ``rollout_len=N``
+        here.
     :param n_episodes: An update is due once every agent that has acted has ``n_episodes`` finished
         trajectories (reference: ``traj_per_epoch``), and it drains exactly that many, oldest first; the excess
-        waits for the next update. With ``rollout_len``, each chunk counts as a trajectory. May be None when
-        ``n_steps`` is set (it is then ignored).
-    :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch.
+        waits for the next update. Ignored when ``n_steps`` or ``rollout_len`` is set; may then be None. A batch of
+        whole episodes grows with episode length: for a batch rule independent of it, use ``rollout_len``.
+    :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch (the
+        reference's; its number of gradient steps per sample then falls as episodes get longer).
     :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``, 80). The
         default, 20, was chosen by return per wall-clock second (``docs/hyperparameters.md``); where env steps cost
         more than updates, more passes buy return per sample at little cost in time.
@@ -111,12 +116,21 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         during training, frozen in ``predict`` and evaluation, saved with the model.
     :param normalize_returns: Keep per-agent running statistics of the returns; the value head then predicts
         normalized returns, which are de-normalized before GAE.
-    :param rollout_len: Cut an agent's trajectory every ``rollout_len`` steps; each chunk bootstraps from
-        V(the next observation). None: trajectories are whole episodes.
+    :param rollout_len: SB3's rollout length per env copy (SB3's ``n_steps``): every agent's trajectory in a copy is
+        cut each time the agent's steps there reach a multiple of ``rollout_len``, counted across episode ends (an
+        episode end in between closes a shorter piece; a cut chunk bootstraps from V(the next observation)), and,
+        with ``n_steps=None``, an update takes ``rollout_len * n_envs`` transitions per agent. Where every agent acts
+        in every step, that is an update every ``rollout_len`` steps of the copies, each batch collected by one policy
+        version, whatever the episode length: ``IPPO(..., rollout_len=128, batch_size=256, n_epochs=10,
+        target_kl=None, shuffle_minibatches=True)`` collects and updates every agent as SB3's ``PPO(...,
+        n_steps=128, batch_size=256)`` does (with IPPO's value targets: ``gae_lambda``, ``normalize_returns``). An
+        agent that sits out steps of a copy (it left its episode early, or joins late) counts only its own steps,
+        and an update waits for every agent that has acted. Refused for turn-based envs. None: trajectories are
+        whole episodes.
     :param max_episode_steps: Truncate every episode after this many env steps (None: the env decides).
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
-        Without ``n_steps``, it must be at least ``n_episodes``, or no update could ever be due.
+        Without ``n_steps`` or ``rollout_len``, it must be at least ``n_episodes``, or no update could ever be due.
     :param groups: ``{group name: [agent ids]}``: agents trained together (see ``batched``, ``share_parameters``,
         ``group_kwargs``). Agents it leaves out, or all agents when None, are grouped automatically: agents with the same
         id prefix (``agent_0``, ``agent_1`` -> ``agent``) and the same spaces. ``model.groups`` lists the result.
@@ -296,12 +310,17 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                     "AECEnv or sb3_ippo.make_vec_env(...). To use a saved model without one, call IPPO.load(path)."
                 )
             self._use_env(as_multiagent_vec_env(env))
+            if self.rollout_len is not None and self.n_steps is None:
+                self._check_hyperparameters()  # again with n_envs: rollout_len's batch is rollout_len * n_envs
             self._setup_model()
 
     def _check_hyperparameters(self) -> None:
         """:raises ValueError: naming the first hyperparameter (or combination) that is not valid, and what it expects."""
         attributes = {"stats_window_size": "_stats_window_size", "groups": "group_definition"}
-        check_hyperparameters({name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES})
+        values = {name: getattr(self, attributes.get(name, name)) for name in HYPERPARAMETER_RULES}
+        if getattr(self, "n_envs", None) is not None:
+            values["n_envs"] = self.n_envs  # the batch of rollout_len's rule: rollout_len * n_envs transitions
+        check_hyperparameters(values)
 
     # ----------------------------------------------------------------------------------------------------------
     # Model
@@ -397,7 +416,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         """Drain the batches (dropping stale trajectories) and read each group's settings at the current progress."""
         trajectories = {}
         for agent in self.possible_agents:
-            drained = self.buffers[agent].drain(self.n_episodes, self.n_steps, self.policy_version, self.max_version_lag)
+            drained = self.buffers[agent].drain(*self._update_trigger(), self.policy_version, self.max_version_lag)
             if drained:
                 trajectories[agent] = drained
         self._count_dropped_episodes()
