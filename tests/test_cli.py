@@ -338,6 +338,17 @@ def test_log_interval_that_would_write_no_curve_is_refused(tmp_path: pathlib.Pat
     assert (tmp_path / "run" / "learning_curve.png").exists()
 
 
+def test_log_interval_check_counts_updates_on_the_rollout_cadence(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An update every 5 steps of each of 2 copies: 10 updates in 100 env steps, whatever the episodes' length.
+    rollout = ["--rollout-len", "5", "--n-episodes", "None"]
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *QUICK, *rollout, "--log-interval", "50"])
+    assert "about 10 updates" in err and "rollout_len=5 steps of each of the 2 env copies" in err
+    train(tmp_path / "run", *rollout, "--log-interval", "4")
+    assert (tmp_path / "run" / "learning_curve.png").exists()
+
+
 def test_hyperparameter_file_one_section_per_env(tmp_path: pathlib.Path) -> None:
     file = tmp_path / "ippo.yml"
     file.write_text(
