@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.distributions import StateDependentNoiseDistribution
 
@@ -184,6 +185,18 @@ def test_a_gsde_policy_deep_copies_and_the_learner_process_trains_it() -> None:
     copy.deepcopy(model.policies["agent_0"])  # as self-play snapshots copy policies
     model.learn(3 * ROLLOUT_STEPS)
     assert model.policy_version >= 2
+
+
+def test_export_agent_of_a_gsde_agent_is_a_gsde_ppo_with_the_same_actions(tmp_path: pathlib.Path) -> None:
+    model = IPPO("MlpPolicy", box_env(), **frozen(policy_kwargs=dict(net_arch=[16], use_sde=True), learning_rate=3e-4))
+    model.learn(2 * ROLLOUT_STEPS)
+    model.export_agent("agent_1", tmp_path / "agent_1.zip")
+    ppo = PPO.load(tmp_path / "agent_1.zip")
+    assert ppo.use_sde and isinstance(ppo.policy.action_dist, StateDependentNoiseDistribution)
+    obs = np.random.default_rng(0).uniform(0.0, 1.0, (16, 2)).astype(np.float32)
+    np.testing.assert_array_equal(
+        ppo.predict(obs, deterministic=True)[0], model.predict({"agent_1": obs}, deterministic=True)[0]["agent_1"]
+    )
 
 
 def test_a_recurrent_gsde_policy_draws_new_matrices_per_rollout() -> None:
