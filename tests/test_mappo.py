@@ -354,3 +354,15 @@ def test_an_image_observing_agent_exports_with_the_models_actions(tmp_path: path
     assert 0 < expected.mean() < 1, "the test's images must get both actions"
     np.testing.assert_array_equal(ppo.predict(images, deterministic=True)[0], expected)
 
+
+def test_the_critic_sees_images_scaled_as_the_actor_sees_them() -> None:
+    env = CriticInputWrapper(image_env(), CriticInput("joint_obs", own_obs=True))
+    obs, _ = env.reset(seed=0)
+    while not obs["image"]["obs"].any():  # a bright image (all 255), where the scale shows
+        obs, *_ = env.step({agent: 0 for agent in env.agents})
+    image = obs["image"]["obs"]
+    actor_sees = image.reshape(-1).astype(np.float32) / 255.0  # SB3's preprocess_obs, in channel-last order
+    for agent in ("image", "discrete"):
+        np.testing.assert_allclose(obs[agent]["critic"][:IMAGE_SIZE], actor_sees, rtol=1e-6)
+    np.testing.assert_allclose(obs["image"]["critic"][-IMAGE_SIZE:], actor_sees, rtol=1e-6)  # own_obs
+    np.testing.assert_array_equal(obs["discrete"]["critic"][-3:], obs["discrete"]["obs"])  # vectors stay as they are
