@@ -437,6 +437,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             generator_seeds=generator_seeds,
         )
 
+
 def _use_sde_from_policy_kwargs(
     policy_kwargs: dict[str, Any] | None, use_sde: bool
 ) -> tuple[dict[str, Any] | None, bool]:
