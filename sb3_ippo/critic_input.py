@@ -15,6 +15,9 @@ The critic's input (``CriticInput``):
   an agent absent from the step (it left the episode, or has not spawned) has a zero-filled slot and flag 0;
 - ``own_obs=True`` adds the agent's own observation, ``agent_id=True`` a one-hot of its index in ``possible_agents``
   (MAPPO's "agent-specific global state": with shared parameters, the critic then knows whose value it predicts).
+
+Images (uint8, values 0-255: an agent's observation, or the state) enter the critic input divided by 255, as SB3's
+policies scale the images the actor sees (``normalize_images``): the critic sees pixels on the actor's scale.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils.wrappers import BaseParallelWrapper
+from stable_baselines3.common.preprocessing import is_image_space
 
 from sb3_ippo.types import AgentID
 
@@ -73,8 +77,15 @@ def _flat_box(space: spaces.Space, what: str) -> int:
     return int(np.prod(space.shape, dtype=np.int64))
 
 
-def _flat(value: Any) -> np.ndarray:
-    return np.asarray(value, dtype=np.float32).reshape(-1)
+def _pixel_scale(space: spaces.Space) -> float:
+    """What a value of ``space`` is multiplied by in the critic input: 1/255 for an image, as SB3's preprocessing scales
+    the images a policy sees, else 1."""
+    return 1.0 / 255.0 if is_image_space(space) else 1.0
+
+
+def _flat(value: Any, scale: float = 1.0) -> np.ndarray:
+    flat = np.asarray(value, dtype=np.float32).reshape(-1)
+    return flat * np.float32(scale) if scale != 1.0 else flat
 
 
 class CriticInputWrapper(BaseParallelWrapper):
@@ -94,9 +105,12 @@ class CriticInputWrapper(BaseParallelWrapper):
         self._obs_sizes = {
             agent: _flat_box(space, f"Agent {agent!r}'s observation space") for agent, space in self._own_spaces.items()
         }
+        self._obs_scales = {agent: _pixel_scale(space) for agent, space in self._own_spaces.items()}
+        self._state_scale = 1.0
         size = 0
         if self.critic_input.kind == "state":
             state_space = _state_space(env)
+            self._state_scale = _pixel_scale(state_space)
             size += _flat_box(state_space, "The env's state_space")
             source = f"the env's state(), {state_space.shape}"
         else:
@@ -143,8 +157,11 @@ class CriticInputWrapper(BaseParallelWrapper):
     def _shared_input(self, obs: dict[AgentID, Any]) -> np.ndarray:
         """The part every agent's critic input shares: the state, or the joint observation and alive flags."""
         if self.critic_input.kind == "state":
-            return _flat(self.env.state())
-        parts = [_flat(obs[agent]) if agent in obs else np.zeros(self._obs_sizes[agent], np.float32) for agent in self._agents]
+            return _flat(self.env.state(), self._state_scale)
+        parts = [
+            _flat(obs[agent], self._obs_scales[agent]) if agent in obs else np.zeros(self._obs_sizes[agent], np.float32)
+            for agent in self._agents
+        ]
         parts.append(np.array([agent in obs for agent in self._agents], dtype=np.float32))
         return np.concatenate(parts)
 
@@ -154,7 +171,7 @@ class CriticInputWrapper(BaseParallelWrapper):
         for agent, own in obs.items():
             parts = [shared]
             if self.critic_input.own_obs:
-                parts.append(_flat(own))
+                parts.append(_flat(own, self._obs_scales[agent]))
             if self.critic_input.agent_id:
                 parts.append(self._one_hots[agent])
             wrapped[agent] = {OBS_KEY: own, CRITIC_KEY: np.concatenate(parts)}  # type: ignore[arg-type]

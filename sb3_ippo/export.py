@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import pathlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +25,8 @@ from gymnasium import spaces
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3 import PPO
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
@@ -161,29 +163,64 @@ def ppo_hyperparameters(model: MultiAgentOnPolicyAlgorithm, settings: UpdateSett
     )
 
 
+def exported_algorithm(
+    model: MultiAgentOnPolicyAlgorithm,
+    agent_id: AgentID,
+    algorithm: type[OnPolicyAlgorithm],
+    policy_class: str | type[BasePolicy],
+    observation_space: spaces.Space,
+    policy_kwargs: Mapping[str, Any],
+) -> OnPolicyAlgorithm:
+    """A new SB3 ``algorithm`` (``PPO``, ``MaskablePPO``, ``RecurrentPPO``) for one agent, its policy not trained: the
+    agent's group's update settings as its hyperparameters (:func:`ppo_hyperparameters`), and its policy, of
+    ``policy_class`` with ``policy_kwargs``, built on ``observation_space`` (the space the agent's policy takes: images
+    channel-first, so that the algorithm's ``predict`` transposes the env's images as the model does) and the agent's
+    action space, with gSDE where the agent's policy has it."""
+    settings = model._update_settings[model._group_of[agent_id]]  # the agent's group's own, where it sets them
+    policy_kwargs = dict(policy_kwargs)
+    policy_kwargs.pop("use_sde", None)  # an algorithm argument in SB3, read from the agent's policy
+    use_sde = getattr(model.policies[agent_id], "use_sde", False)
+    sde: dict[str, Any] = dict(use_sde=True, sde_sample_freq=model.sde_sample_freq) if use_sde else {}
+    exported = algorithm(
+        policy_class,  # type: ignore[arg-type]
+        env=None,  # type: ignore[arg-type]
+        **ppo_hyperparameters(model, settings),
+        **sde,
+        policy_kwargs=policy_kwargs,
+        _init_setup_model=False,
+    )
+    exported.observation_space = observation_space
+    exported.action_space = model.action_spaces[agent_id]
+    exported.n_envs = 1
+    exported.num_timesteps = model.num_timesteps
+    exported._setup_model()
+    return exported
+
+
+def group_policy_kwargs(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID) -> dict[str, Any]:
+    """The ``policy_kwargs`` the agent's policy was built with: its group's own (``group_kwargs``), else the model's."""
+    group = model._agent_groups[model._group_of[agent_id]]
+    return dict(group.settings.get("policy_kwargs", model.policy_kwargs) or {})
+
+
+def check_agent_id(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID) -> None:
+    """:raises KeyError: for an agent id the model does not know."""
+    if agent_id not in model._policy_keys:
+        raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
+
+
 def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent, a
     ``RecurrentPPO`` zip for a recurrent one),
     with its group's update settings as the PPO's hyperparameters and the observation normalization folded in."""
-    if agent_id not in model._policy_keys:
-        raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
+    check_agent_id(model, agent_id)
     policy = model.policies[agent_id]
-    group = model._agent_groups[model._group_of[agent_id]]
-    settings = model._update_settings[group.name]  # the agent's group's own, where it sets them
     masked = isinstance(policy, MaskedInputMixin)
     algorithm = MaskablePPO if masked else RecurrentPPO if is_recurrent(policy) else PPO
-    ppo = algorithm(
-        base_maskable_class(policy) if masked else type(policy),  # type: ignore[arg-type]
-        env=None,  # type: ignore[arg-type]
-        **ppo_hyperparameters(model, settings),
-        policy_kwargs=group.settings.get("policy_kwargs", model.policy_kwargs),
-        _init_setup_model=False,
+    policy_class = base_maskable_class(policy) if masked else type(policy)  # type: ignore[arg-type]
+    ppo = exported_algorithm(
+        model, agent_id, algorithm, policy_class, policy.observation_space, group_policy_kwargs(model, agent_id)
     )
-    ppo.observation_space = policy.observation_space
-    ppo.action_space = model.action_spaces[agent_id]
-    ppo.n_envs = 1
-    ppo.num_timesteps = model.num_timesteps
-    ppo._setup_model()
     ppo.policy.load_state_dict(policy.state_dict())
     ppo.policy.optimizer.load_state_dict(policy.optimizer.state_dict())
     if model.obs_normalizers is not None:

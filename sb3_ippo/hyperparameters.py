@@ -32,6 +32,11 @@ RULES: dict[str, tuple[Check, str]] = {
     ),
     "max_version_lag": (non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
     "normalize_obs": (is_bool, TRUE_OR_FALSE),
+    "use_sde": (is_bool, TRUE_OR_FALSE),
+    "sde_sample_freq": (
+        is_int,
+        "an integer: new gSDE exploration matrices every n env steps, or -1 (only at the start of each rollout)",
+    ),
     "normalize_returns": (is_bool, TRUE_OR_FALSE),
     "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps of each env copy per rollout) or None (whole episodes)"),
     "max_episode_steps": (optional(positive_int), POSITIVE_INT + " or None (the env decides)"),

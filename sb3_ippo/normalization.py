@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
@@ -63,6 +65,13 @@ class ObservationNormalizer:
         if self.obs_rms is not None:
             return self._normalize(obs, self.obs_rms)  # type: ignore[arg-type]
         return obs
+
+    def entry(self, key: str) -> ObservationNormalizer:
+        """The normalizer of one entry of a Dict observation (frozen statistics shared with this one): its statistics,
+        or none for an entry that is not normalized (an image, a discrete entry)."""
+        view = copy.copy(self)
+        view.obs_rms = self.obs_rms.get(key) if isinstance(self.obs_rms, dict) else None
+        return view
 
 
 class ReturnNormalizer:

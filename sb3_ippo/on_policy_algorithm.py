@@ -473,9 +473,13 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         assert self._last_obs is not None and self._last_alive is not None
         for policy in self.policies.values():
             policy.set_training_mode(False)
+        n_steps = 0
+        self._reset_noise()
         callback.on_rollout_start()
         continue_training = True
         while continue_training and not self._update_due() and self.num_timesteps < total_timesteps:
+            if self.sde_sample_freq > 0 and n_steps > 0 and n_steps % self.sde_sample_freq == 0:
+                self._reset_noise()
             obs: dict[AgentID, ObsArray] = self._last_obs  # type: ignore[assignment]
             alive = self._last_alive
             # Where the learner acts: every alive agent, but not the seats that frozen opponents play (self_play.py).
@@ -488,6 +492,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
                 self._seats.play(obs, alive, env_actions, self.action_spaces)
             step = env.step_agents(env_actions)
             self.num_timesteps += env.num_envs
+            n_steps += 1
             recorded = self._handle_env_restarts(step)
 
             for agent in acting:
@@ -527,6 +532,13 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
 
         callback.on_rollout_end()
         return continue_training
+
+    def _reset_noise(self) -> None:
+        """Draw new gSDE exploration matrices for every agent whose policy uses gSDE (``use_sde``), from its current
+        standard deviation, as SB3's ``collect_rollouts`` does: at the start of every rollout, and every
+        ``sde_sample_freq`` steps. (No update resamples them: gSDE's log-probs do not depend on the draw.)"""
+        for runner in self._runners.values():
+            runner.reset_noise(self.n_envs)
 
     def _recurrent_runners(self) -> list[RecurrentGroupRunner]:
         return [runner for runner in self._runners.values() if isinstance(runner, RecurrentGroupRunner)]

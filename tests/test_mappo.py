@@ -15,7 +15,7 @@ from stable_baselines3 import PPO
 from sb3_ippo import MAPPO, evaluate_policy, make_vec_env
 from sb3_ippo.critic_input import CriticInput, CriticInputWrapper
 from sb3_ippo.vec_env import MultiAgentVecEnv
-from tests.envs import DyingAgentsEnv
+from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.helpers import assert_same_actions, record_trajectories, stacked_groups
 
 AGENTS = ["agent_0", "agent_1", "agent_2"]
@@ -312,3 +312,57 @@ def test_shared_parameters_share_one_critic_that_knows_whose_value_it_predicts()
         critic[0, -3:] = np.eye(3)[index]
         values.append(policy_outputs(model, "agent_0", own_obs_batch(n=1)["agent_0"], critic.copy())[1].item())
     assert len(set(values)) == 3
+
+
+# --- Agents that observe images -----------------------------------------------------------------------------------------
+
+# HeterogeneousEnv's "image" agent observes 36x36x3 uint8 images (all 0 or all 255), "discrete" a vector of 3.
+IMAGE_SHAPE = (36, 36, 3)
+IMAGE_SIZE = 36 * 36 * 3
+
+
+def image_env() -> HeterogeneousEnv:
+    return HeterogeneousEnv(agents=["image", "discrete"])
+
+
+def random_images(n: int = 64, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, *IMAGE_SHAPE), dtype=np.uint8)
+
+
+def make_actor_see_the_image(policy: Any) -> None:
+    """Actor weights under which the deterministic action depends on the image's pixels, each in its place (a fresh
+    actor's actions on random images are all the same: its layers' output is dominated by the mean pixel)."""
+    generator = th.Generator().manual_seed(0)
+    first = policy.mlp_extractor.policy_net[0]
+    with th.no_grad():
+        first.weight.copy_(th.randn(first.weight.shape, generator=generator) * 0.05)
+        first.weight -= first.weight.mean(dim=1, keepdim=True)
+        first.bias.zero_()
+        policy.action_net.weight.copy_(th.randn(policy.action_net.weight.shape, generator=generator))
+        policy.action_net.bias.zero_()
+
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_an_image_observing_agent_exports_with_the_models_actions(tmp_path: pathlib.Path, normalize_obs: bool) -> None:
+    model = make_mappo(image_env(), critic_input="joint_obs", normalize_obs=normalize_obs)
+    model.learn(16)
+    make_actor_see_the_image(model.policies["image"])
+    model.export_agent("image", tmp_path / "image.zip")
+    ppo = PPO.load(tmp_path / "image.zip")
+    images = random_images()
+    expected = model.predict({"image": images}, deterministic=True)[0]["image"]
+    assert 0 < expected.mean() < 1, "the test's images must get both actions"
+    np.testing.assert_array_equal(ppo.predict(images, deterministic=True)[0], expected)
+
+
+def test_the_critic_sees_images_scaled_as_the_actor_sees_them() -> None:
+    env = CriticInputWrapper(image_env(), CriticInput("joint_obs", own_obs=True))
+    obs, _ = env.reset(seed=0)
+    while not obs["image"]["obs"].any():  # a bright image (all 255), where the scale shows
+        obs, *_ = env.step({agent: 0 for agent in env.agents})
+    image = obs["image"]["obs"]
+    actor_sees = image.reshape(-1).astype(np.float32) / 255.0  # SB3's preprocess_obs, in channel-last order
+    for agent in ("image", "discrete"):
+        np.testing.assert_allclose(obs[agent]["critic"][:IMAGE_SIZE], actor_sees, rtol=1e-6)
+    np.testing.assert_allclose(obs["image"]["critic"][-IMAGE_SIZE:], actor_sees, rtol=1e-6)  # own_obs
+    np.testing.assert_array_equal(obs["discrete"]["critic"][-3:], obs["discrete"]["obs"])  # vectors stay as they are

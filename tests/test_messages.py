@@ -61,6 +61,8 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("shuffle_minibatches", "False", "True or False"),
     ("time_limit_bootstrap", 0, "True (a truncated episode bootstraps V(s_T)) or False (it bootstraps 0)"),
     ("normalize_obs", 0, "True or False"),
+    ("use_sde", "yes", "True or False"),
+    ("sde_sample_freq", 2.5, "an integer: new gSDE exploration matrices every n env steps, or -1"),
     ("normalize_returns", None, "True or False"),
     ("rollout_len", 0, "a positive integer"),
     ("max_episode_steps", -5, "a positive integer"),

@@ -94,6 +94,14 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param ent_coef: Entropy coefficient of the loss.
     :param vf_coef: Value-function coefficient of the loss.
     :param max_grad_norm: Gradient clipping norm (None: no clipping).
+    :param use_sde: Explore with generalized State-Dependent Exploration (gSDE) instead of independent Gaussian noise,
+        as SB3's PPO does (Box actions only; an agent with other actions is refused, naming it: enable gSDE for one
+        group with ``group_kwargs={group: dict(policy_kwargs=dict(use_sde=True))}``). Each agent's policy draws its
+        exploration matrix, one per env copy (and per member, for a group sharing parameters), from its current
+        standard deviation at the start of every rollout (the collection between two updates), and every
+        ``sde_sample_freq`` steps if set. ``policy_kwargs=dict(use_sde=True)`` sets it too.
+    :param sde_sample_freq: With ``use_sde``: draw new exploration matrices every this many vectorized env steps
+        within a rollout; -1 (or 0): only at the start of each rollout.
     :param target_kl: If a minibatch's approximate KL exceeds ``1.5 * target_kl``, that agent stops all its
         remaining passes (after or before that minibatch's gradient step: ``kl_stop``). None: no early stop.
     :param kl_stop: When the KL early stop is checked: ``"after_step"`` (the reference: the minibatch's gradient step
@@ -207,6 +215,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
         max_grad_norm: float | None = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         target_kl: float | None = 0.02,
         kl_stop: KLStop = "after_step",
         max_version_lag: int = 1,
@@ -244,11 +254,14 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             raise ValueError(
                 f"Unknown policy {policy!r}{hint}: use one of {list(self.policy_aliases)} or an ActorCriticPolicy subclass"
             )
+        policy_kwargs, use_sde = _use_sde_from_policy_kwargs(policy_kwargs, use_sde)
         super().__init__(
             policy=policy,
             env=None,
             learning_rate=learning_rate,
             policy_kwargs=policy_kwargs,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             verbose=verbose,
@@ -355,7 +368,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                 self.observation_spaces,
                 self.action_spaces,
                 self._group_lr_schedule(group),
-                group.settings.get("policy_kwargs", self.policy_kwargs),
+                self._group_policy_kwargs(group),
                 self.device,
             ).items()
         }
@@ -371,6 +384,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             for name, group in self._agent_groups.items()
         }
         self._trainer = Trainer(list(self._runners.values()), self.return_normalizers)
+        self._reset_noise()  # gSDE's first matrices, on the policies' device (as SB3's load does)
         self._make_buffers()
         self._seats = make_frozen_seats(
             self.possible_agents, self.action_spaces, self.opponents, self.self_play_pool, self._snapshot, self.seed
@@ -388,6 +402,14 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             for agent in self.possible_agents
         }
         return SnapshotOpponent(policies, preprocess)
+
+    def _group_policy_kwargs(self, group: AgentGroup) -> dict[str, Any]:
+        """The keyword arguments of the group's policies: its own ``policy_kwargs`` or the model's, with ``use_sde``
+        where those do not say otherwise (as SB3 passes its ``use_sde`` to the policy)."""
+        policy_kwargs = dict(group.settings.get("policy_kwargs", self.policy_kwargs) or {})
+        if self.use_sde:
+            policy_kwargs.setdefault("use_sde", True)
+        return policy_kwargs
 
     def _group_lr_schedule(self, group: AgentGroup) -> Schedule:
         learning_rate = group.settings.get("learning_rate")
@@ -433,6 +455,28 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
             settings={name: settings.at(progress) for name, settings in self._update_settings.items()},
             generator_seeds=generator_seeds,
         )
+
+
+def _use_sde_from_policy_kwargs(
+    policy_kwargs: dict[str, Any] | None, use_sde: bool
+) -> tuple[dict[str, Any] | None, bool]:
+    """``policy_kwargs`` without ``use_sde``, and ``use_sde`` as the model's hyperparameter: SB3 passes its algorithm's
+    ``use_sde`` to the policy, so ``policy_kwargs=dict(use_sde=True)`` (this package's way before the hyperparameter)
+    becomes ``use_sde=True``.
+
+    :raises ValueError: if the two disagree (``use_sde=True`` with ``policy_kwargs=dict(use_sde=False)``).
+    """
+    if not isinstance(policy_kwargs, Mapping) or "use_sde" not in policy_kwargs:
+        return policy_kwargs, use_sde
+    policy_kwargs = dict(policy_kwargs)
+    from_kwargs = policy_kwargs.pop("use_sde")
+    if use_sde is True and from_kwargs is False:
+        raise ValueError(
+            "use_sde=True and policy_kwargs=dict(use_sde=False) contradict each other: set gSDE once, with IPPO's "
+            "use_sde argument (for one group only: group_kwargs={group: dict(policy_kwargs=dict(use_sde=True))})"
+        )
+    return policy_kwargs, from_kwargs if use_sde is False else use_sde
+
 
 def default_update_settings(**overrides: Any) -> UpdateSettings:
     """IPPO's default update settings (the defaults of its signature, where they are written), with ``overrides``: for

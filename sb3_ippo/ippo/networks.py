@@ -65,11 +65,18 @@ def make_group_policies(
 ) -> dict[AgentID, ActorCriticPolicy]:
     """``{agent: policy}`` for the group's members: a new policy each, or one for all with ``share_parameters``.
 
-    :raises ValueError: where ``policy_class`` cannot take an agent's observations, naming the agent and the fix.
+    :raises ValueError: where ``policy_class`` cannot take an agent's observations, naming the agent and the fix; for
+        gSDE (``use_sde``) on an agent whose actions are not a Box.
     """
     policies: dict[AgentID, ActorCriticPolicy] = {}
     shared = None
     for agent in group.agents:
+        if policy_kwargs.get("use_sde") and not isinstance(action_spaces[agent], spaces.Box):
+            raise ValueError(
+                f"Agent {agent!r} has the action space {action_spaces[agent]}: gSDE (use_sde=True) needs continuous "
+                "(Box) actions, as in SB3. To use it for some agents only, set it for their group: "
+                "group_kwargs={group: dict(policy_kwargs=dict(use_sde=True))}"
+            )
         # A masked agent (an action_mask in its observation) gets sb3-contrib's maskable policy (masking.py).
         agent_class, agent_space = policy_for_agent(agent, policy_class, observation_spaces[agent], action_spaces[agent])
         if agent_class is policy_class:

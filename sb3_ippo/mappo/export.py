@@ -11,8 +11,7 @@ import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ippo.critic_input import OBS_KEY
-from sb3_ippo.export import fold_observation_normalization, ppo_hyperparameters
-from sb3_ippo.normalization import ObservationNormalizer
+from sb3_ippo.export import check_agent_id, exported_algorithm, fold_observation_normalization, group_policy_kwargs
 from sb3_ippo.types import AgentID
 
 if TYPE_CHECKING:
@@ -21,26 +20,14 @@ if TYPE_CHECKING:
 
 def export_actor(model: MAPPO, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """See ``MAPPO.export_agent``."""
-    if agent_id not in model._policy_keys:
-        raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
+    check_agent_id(model, agent_id)
     policy = model.policies[agent_id]
-    group = model._agent_groups[model._group_of[agent_id]]
-    settings = model._update_settings[group.name]
-    policy_kwargs = dict(group.settings.get("policy_kwargs", model.policy_kwargs) or {})
+    policy_kwargs = group_policy_kwargs(model, agent_id)
     policy_kwargs.pop("features_extractor_class", None)
     policy_kwargs.pop("features_extractor_kwargs", None)
-    ppo = PPO(
-        "MlpPolicy",
-        env=None,  # type: ignore[arg-type]
-        **ppo_hyperparameters(model, settings),
-        policy_kwargs=policy_kwargs,
-        _init_setup_model=False,
-    )
-    ppo.observation_space = model.observation_spaces[agent_id][OBS_KEY]  # type: ignore[index]
-    ppo.action_space = model.action_spaces[agent_id]
-    ppo.n_envs = 1
-    ppo.num_timesteps = model.num_timesteps
-    ppo._setup_model()
+    # The actor's own entry as its policy takes it (images channel-first): the exported PPO transposes the env's.
+    own_space = policy.observation_space[OBS_KEY]  # type: ignore[index]
+    ppo = exported_algorithm(model, agent_id, PPO, "MlpPolicy", own_space, policy_kwargs)
     exported = ppo.policy
     with th.no_grad():
         exported.mlp_extractor.policy_net.load_state_dict(policy.mlp_extractor.policy_net.state_dict())
@@ -51,9 +38,5 @@ def export_actor(model: MAPPO, agent_id: AgentID, path: str | pathlib.Path | io.
         exported.value_net.weight.zero_()
         exported.value_net.bias.zero_()
     if model.obs_normalizers is not None:
-        rms = model.obs_normalizers[agent_id].obs_rms
-        own = ObservationNormalizer(ppo.observation_space)
-        own.obs_rms = rms[OBS_KEY] if isinstance(rms, dict) else None
-        own.epsilon = model.obs_normalizers[agent_id].epsilon
-        fold_observation_normalization(exported, own)
+        fold_observation_normalization(exported, model.obs_normalizers[agent_id].entry(OBS_KEY))
     ppo.save(path)

@@ -200,7 +200,8 @@ class MAPPO(IPPO):
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
         """Write one agent's actor as a plain SB3 ``PPO`` zip on the agent's own observation space:
         ``stable_baselines3.PPO.load(path)`` opens it, and its deterministic actions on the env's observations equal
-        this model's (``normalize_obs`` statistics folded in, as IPPO's ``export_agent`` does).
+        this model's (``normalize_obs`` statistics folded in, as IPPO's ``export_agent`` does; an image observation
+        space is stored channel-first, as the actor takes it, and ``predict`` transposes the env's images).
 
         The centralized critic is not exported: it needs the critic input, which a deployed agent does not have. The
         exported value network has the actor's layout with a zero output layer (V = 0 everywhere), and the optimizer

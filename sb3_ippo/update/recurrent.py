@@ -302,21 +302,22 @@ class RecurrentGroupRunner(GroupRunner):
         else:
             groups = [([agent], x) for agent, x in zip(members, inputs, strict=True)]
         outputs: dict[AgentID, ActOutput] = {}
-        for agents, x in groups:
-            net = self.policies[agents[0]]
-            states = th.cat([self.hidden_states[agent] for agent in agents])
-            starts = th.zeros(len(states), device=states.device)
-            actions, values, log_probs, new_states = net(x, array_to_states(states), starts)  # type: ignore[call-arg]
-            new = states_to_array(new_states)
-            sizes = [len(self.hidden_states[agent]) for agent in agents]
-            split = zip(actions.split(sizes), values.split(sizes), log_probs.split(sizes), new.split(sizes), strict=True)
-            for agent, (agent_actions, agent_values, agent_log_probs, agent_states) in zip(agents, split, strict=True):
-                if acted is None:
-                    self.hidden_states[agent] = agent_states.clone()
-                else:
-                    keep = th.as_tensor(acted[agent], dtype=th.bool, device=states.device)
-                    self.hidden_states[agent][keep] = agent_states[keep]
-                outputs[agent] = (agent_actions, agent_values, agent_log_probs)
+        with self.members_noise(members):  # a shared gSDE policy explores with each member's matrices
+            for agents, x in groups:
+                net = self.policies[agents[0]]
+                states = th.cat([self.hidden_states[agent] for agent in agents])
+                starts = th.zeros(len(states), device=states.device)
+                actions, values, log_probs, new_states = net(x, array_to_states(states), starts)  # type: ignore[call-arg]
+                new = states_to_array(new_states)
+                sizes = [len(self.hidden_states[agent]) for agent in agents]
+                split = zip(actions.split(sizes), values.split(sizes), log_probs.split(sizes), new.split(sizes), strict=True)
+                for agent, (agent_actions, agent_values, agent_log_probs, agent_states) in zip(agents, split, strict=True):
+                    if acted is None:
+                        self.hidden_states[agent] = agent_states.clone()
+                    else:
+                        keep = th.as_tensor(acted[agent], dtype=th.bool, device=states.device)
+                        self.hidden_states[agent][keep] = agent_states[keep]
+                    outputs[agent] = (agent_actions, agent_values, agent_log_probs)
         return outputs
 
     def update_member(

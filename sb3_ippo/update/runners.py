@@ -16,14 +16,16 @@ there from the unpickled policies.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.distributions import StateDependentNoiseDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
@@ -136,12 +138,47 @@ class GroupRunner:
             inputs = stack_tensor_obs([as_input(agent) for agent in self.agents])
             indices = [self.agents.index(agent) for agent in members]
             return dict(zip(members, self.stacked.act(self.stacked.gather(), inputs, indices), strict=True))
-        if self.share_parameters and len(members) > 1:
-            actions, values, log_probs = self.policies[members[0]](concat_tensor_obs([as_input(a) for a in members]))
-            rows = [len(actions) // len(members)] * len(members)
-            outputs = zip(actions.split(rows), values.split(rows), log_probs.split(rows), strict=True)
-            return dict(zip(members, outputs, strict=True))
-        return {agent: self.policies[agent](as_input(agent)) for agent in members}
+        with self.members_noise(members):
+            if self.share_parameters and len(members) > 1:
+                actions, values, log_probs = self.policies[members[0]](concat_tensor_obs([as_input(a) for a in members]))
+                rows = [len(actions) // len(members)] * len(members)
+                outputs = zip(actions.split(rows), values.split(rows), log_probs.split(rows), strict=True)
+                return dict(zip(members, outputs, strict=True))
+            return {agent: self.policies[agent](as_input(agent)) for agent in members}
+
+    # --------------------------------------------------------------------------------------------------------------
+    # gSDE exploration noise
+    # --------------------------------------------------------------------------------------------------------------
+
+    def reset_noise(self, n_envs: int) -> None:
+        """Draw new gSDE exploration matrices (SB3's ``policy.reset_noise(n_envs)``) for the members whose policy uses
+        gSDE, from its current standard deviation: one per env copy, and per member for a policy the members share (its
+        rows member after member, as :meth:`act` lays them out). Other policies are left alone."""
+        for policy in {id(policy): policy for policy in self.policies.values()}.values():
+            if isinstance(policy.action_dist, StateDependentNoiseDistribution):
+                # Without a graph to log_std, unlike SB3's: the matrices must deep-copy (self-play snapshots) and pickle
+                # (the learner process), and no loss reads them (gSDE's log-prob depends on the std, not the draw).
+                with th.no_grad():
+                    policy.reset_noise(n_envs * (len(self.agents) if self.share_parameters else 1))
+
+    @contextlib.contextmanager
+    def members_noise(self, members: Sequence[AgentID]) -> Iterator[None]:
+        """While a policy shared by the group acts for ``members`` (in group order) on their rows laid end to end, its
+        gSDE exploration matrices are theirs: each member explores with its own, whichever members act. Elsewhere
+        (own policies, no gSDE) this does nothing."""
+        policy = self.policies[self.agents[0]]
+        distribution = policy.action_dist
+        if not self.share_parameters or not isinstance(distribution, StateDependentNoiseDistribution):
+            yield
+            return
+        every = distribution.exploration_matrices
+        n_rows = len(every) // len(self.agents)
+        indices = [self.agents.index(agent) for agent in members]
+        distribution.exploration_matrices = th.cat([every[i * n_rows : (i + 1) * n_rows] for i in indices])
+        try:
+            yield
+        finally:
+            distribution.exploration_matrices = every
 
     # --------------------------------------------------------------------------------------------------------------
     # Training

@@ -55,7 +55,9 @@ def why_not_stackable(policies: Sequence[ActorCriticPolicy]) -> str | None:
         return "the policy has buffers (e.g. batch normalization)"
     if any(isinstance(module, nn.modules.dropout._DropoutNd) for module in first.modules()):
         return "the policy has dropout"
-    if getattr(first, "use_sde", False) or not isinstance(first.action_dist, _STACKABLE_DISTRIBUTIONS):
+    if getattr(first, "use_sde", False):
+        return "gSDE (use_sde) explores with each member's own noise matrices, which acting one member at a time uses"
+    if not isinstance(first.action_dist, _STACKABLE_DISTRIBUTIONS):
         return f"its action distribution {type(first.action_dist).__name__} is not supported"
     for policy in policies:
         optimizer = policy.optimizer
