@@ -494,9 +494,12 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         return [runner for runner in self._runners.values() if isinstance(runner, RecurrentGroupRunner)]
 
     def _reset_recurrent_states(self) -> None:
-        """Zero the hidden states of every recurrent agent in every env copy (the copies were reset)."""
+        """Zero the hidden states of every recurrent agent, and of the frozen players, in every env copy (the copies
+        were reset)."""
         for runner in self._recurrent_runners():
             runner.reset_states(self.n_envs)
+        if self._seats is not None:
+            self._seats.reset_states()
 
     def _recurrent_states_before_step(self) -> dict[AgentID, np.ndarray]:
         """The recurrent agents' hidden states before this step: the initial state of the trajectories it opens."""

@@ -23,6 +23,8 @@ from stable_baselines3.common.vec_env import VecEnvWrapper
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from sb3_ippo.cli import main
 from sb3_ippo.evaluation import evaluate_agents
+from sb3_ippo.games import evaluate_game
+from sb3_ippo.self_play import ModelOpponent
 from tests.envs import CueMemoryEnv, DyingAgentsEnv
 
 # One LSTM unit, straight to the action logits: every policy here is set by hand.
@@ -141,3 +143,54 @@ def test_the_command_lines_evaluate_starts_a_late_joiner_from_zeros(
     main(["evaluate", str(tmp_path / "model.zip"), "--env", "late_joiner_env", "--episodes", "2"])
     team_return = next(line for line in capsys.readouterr().out.splitlines() if "team return" in line)
     assert team_return.split()[2] == "6.00", team_return
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Memory against an opponent: games, the callback with an opponent, model opponents
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_against_an_opponent_carries_the_models_state() -> None:
+    # The model always answers its cue, the random opponent half the time: the model never loses.
+    records = evaluate_policy(cue_memory(), cue_games(), n_eval_episodes=40, opponent="random")
+    assert isinstance(records, dict)
+    assert all(record.loss_rate == 0.0 and record.n_games == 40 for record in records.values()), records
+
+
+@pytest.mark.filterwarnings("ignore:IPPO.learn ended")
+def test_the_eval_callback_with_an_opponent_carries_the_models_state(tmp_path: pathlib.Path) -> None:
+    model = cue_memory(cue_games())
+    callback = MultiAgentEvalCallback(
+        cue_games(seed=1), n_eval_episodes=40, eval_freq=1, opponent="random", log_path=str(tmp_path), verbose=0
+    )
+    model.learn(2, callback=callback)
+    assert callback.evaluations_loss_rates == [[0.0, 0.0]]
+
+
+def test_a_recurrent_model_opponent_carries_its_state() -> None:
+    # The model and its opponent both always answer their cues: every game is a draw.
+    model = cue_memory()
+    records = evaluate_game(model, cue_games(), ModelOpponent(model, deterministic=True), n_eval_episodes=20)
+    assert all(record.draw_rate == 1.0 for record in records.values()), records
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Frozen seats during collection: a fixed recurrent opponent, self-play snapshots
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:IPPO.learn ended")
+@pytest.mark.parametrize(
+    "frozen_seats",
+    [
+        pytest.param(lambda: dict(opponents={"agent_1": cue_memory()}), id="fixed-opponent"),
+        pytest.param(lambda: dict(self_play_pool=dict(snapshot_every=1, size=1)), id="self-play-snapshot"),
+    ],
+)
+def test_frozen_recurrent_players_carry_their_state_during_collection(frozen_seats: Any) -> None:
+    # Every player, the learner (sampling from near-certain logits) and the frozen one alike, answers its cue.
+    model = cue_memory(cue_games(), **frozen_seats())
+    model.learn(96)
+    episodes = list(model.ep_info_buffer)
+    assert model._seats is not None and len(episodes) >= 20
+    assert all(episode["agent_returns"] == {"agent_0": 1.0, "agent_1": 1.0} for episode in episodes), episodes
