@@ -35,7 +35,7 @@ from sb3_ippo.groups import AgentGroup
 from sb3_ippo.logs import dump_logs, record_update
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action
-from sb3_ippo.recurrent import PredictState, check_predict_state, is_recurrent, predict_recurrent
+from sb3_ippo.recurrent import PredictState, check_episode_start, check_predict_state, is_recurrent, predict_recurrent
 from sb3_ippo.self_play import FrozenSeats
 from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
@@ -627,6 +627,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         states: dict[AgentID, PredictState] | None = None
         if any(is_recurrent(policy) for policy in self.policies.values()):
             check_predict_state(state)
+            check_episode_start(episode_start, [agent for agent in observation if is_recurrent(self.policies[agent])])
             states = {}
         for agent, obs in observation.items():
             try:

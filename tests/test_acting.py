@@ -16,6 +16,7 @@ import pathlib
 import sys
 from typing import Any
 
+import numpy as np
 import pytest
 import torch as th
 from stable_baselines3.common.vec_env import VecEnvWrapper
@@ -194,3 +195,18 @@ def test_frozen_recurrent_players_carry_their_state_during_collection(frozen_sea
     episodes = list(model.ep_info_buffer)
     assert model._seats is not None and len(episodes) >= 20
     assert all(episode["agent_returns"] == {"agent_0": 1.0, "agent_1": 1.0} for episode in episodes), episodes
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# predict's episode_start per agent
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_an_episode_start_dict_without_a_recurrent_agent_is_a_clear_error() -> None:
+    model = step_counter()
+    obs = {agent: np.zeros((2, 2), np.float32) for agent in model.possible_agents}
+    with pytest.raises(ValueError, match=r"episode_start has no entry for agent 'agent_1', whose policy is recurrent"):
+        model.predict(obs, episode_start={"agent_0": np.ones(2, dtype=bool)})
+    # Only the agents observed need one.
+    actions, _ = model.predict({"agent_0": obs["agent_0"]}, episode_start={"agent_0": np.ones(2, dtype=bool)})
+    assert set(actions) == {"agent_0"}
