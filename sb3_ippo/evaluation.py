@@ -48,7 +48,9 @@ def evaluate_policy(
     """Run ``n_eval_episodes`` episodes and score each by its team return (the sum of all agents' rewards); with an
     ``opponent``, play games instead and return each seat's win, draw and loss rates.
 
-    :param model: An IPPO model (anything whose ``predict`` maps ``{agent_id: obs}`` to ``{agent_id: action}``).
+    :param model: An IPPO model (anything whose ``predict`` maps ``{agent_id: obs}`` to ``{agent_id: action}``). Its
+        recurrent agents act as in collection: each agent's state carried in each env copy from its own first step
+        (zeros for an agent that joins mid-episode), reset at the end of the copy's episode.
     :param env: A PettingZoo ``ParallelEnv``, a parallelizable ``AECEnv``, or ``make_vec_env(...)`` (also inside SB3
         ``VecEnvWrapper``s such as ``VecVideoRecorder``). With several copies, episodes are spread evenly over them,
         as SB3 does, so that short episodes are not favoured.
@@ -87,7 +89,8 @@ def evaluate_policy(
 class MultiAgentEvalCallback(EvalCallback):
     """SB3's ``EvalCallback`` for IPPO: every ``eval_freq`` calls it evaluates the model on ``eval_env`` and scores
     it by the mean team return (``eval/mean_reward``), saves the best model, and triggers ``callback_on_new_best``
-    (e.g. ``StopTrainingOnRewardThreshold``). Largely identical to its parent: only the env handling differs.
+    (e.g. ``StopTrainingOnRewardThreshold``). Largely identical to its parent: only the env handling differs, and a model
+    with recurrent agents acts as in collection (each agent's state from its own first step in each copy).
 
     With an ``opponent`` (games), the model plays each seat against it for ``n_eval_episodes`` games, and the score
     is the win rate averaged over the seats (``eval/win_rate``; also ``eval/draw_rate``, ``eval/loss_rate`` and
