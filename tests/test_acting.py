@@ -22,6 +22,7 @@ import torch as th
 from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
+from sb3_ippo.acting import CarryingModel, acting_model
 from sb3_ippo.cli import main
 from sb3_ippo.evaluation import evaluate_agents
 from sb3_ippo.games import evaluate_game
@@ -210,3 +211,15 @@ def test_an_episode_start_dict_without_a_recurrent_agent_is_a_clear_error() -> N
     # Only the agents observed need one.
     actions, _ = model.predict({"agent_0": obs["agent_0"]}, episode_start={"agent_0": np.ones(2, dtype=bool)})
     assert set(actions) == {"agent_0"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Feed-forward models act as they always did
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_a_model_without_recurrent_agents_is_evaluated_by_sb3s_loop_itself() -> None:
+    env = make_vec_env(late_joiner, n_envs=2, seed=0)
+    model = IPPO("MlpPolicy", env, policy_kwargs=dict(net_arch=[8]), seed=0)
+    assert acting_model(model, env) is model
+    assert isinstance(acting_model(step_counter(), env), CarryingModel)
