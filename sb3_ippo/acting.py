@@ -31,7 +31,7 @@ from sb3_ippo.types import AgentID, ObsArray
 from sb3_ippo.vec_env import MultiAgentVecEnv
 
 # predict(agent, observations of some copies, their states or None) -> (actions, next states or None)
-AgentPredict = Callable[[AgentID, ObsArray, "PredictState | None"], "tuple[Any, PredictState | None]"]
+AgentPredict = Callable[[AgentID, ObsArray, PredictState | None], tuple[Any, PredictState | None]]
 
 
 def select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:

@@ -28,6 +28,7 @@ from stable_baselines3.common.utils import set_random_seed as set_global_random_
 from torch import nn
 
 from sb3_ippo import serialization
+from sb3_ippo.acting import select_rows
 from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
 from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
 from sb3_ippo.export import export_agent
@@ -48,12 +49,6 @@ from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, as_multiagent_vec
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 
 SelfOnPolicy = TypeVar("SelfOnPolicy", bound="MultiAgentOnPolicyAlgorithm")
-
-
-def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
-    if isinstance(obs, dict):
-        return {key: value[rows] for key, value in obs.items()}
-    return obs[rows]
 
 
 class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
@@ -403,7 +398,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         values on the return scale. Each group's runner decides how its members act (``sb3_ippo.update.runners``)."""
         if self.obs_normalizers is not None:
             for agent in acting:
-                self.obs_normalizers[agent].update(_select_rows(obs[agent], alive[agent]))
+                self.obs_normalizers[agent].update(select_rows(obs[agent], alive[agent]))
         sampled = {}
         for runner in self._runners.values():
             for agent, (actions, values, log_probs) in runner.act(obs, acting, self.obs_normalizers, alive).items():
