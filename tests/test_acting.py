@@ -75,7 +75,7 @@ def step_counter(env: Any = None) -> IPPO:
     4 (agent_0: 1, 1, 0, 1, 0, 1) + 2 (agent_1 at steps 3-5: 1, 1, 0) = 6 per episode. A late joiner whose LSTM ran over
     the steps before it joined plays 1 at once and scores 1: 5 per episode."""
     model = hand_set_model(env if env is not None else late_joiner())
-    return set_lstm(model, [[0.0, 0.0]] * 4, [10.0] * 4, action_weight=20.0, action_bias=-18.0)
+    return set_lstm(model, [[0.0, 0.0]] * 4, [10.0] * 4, action_weight=200.0, action_bias=-180.0)
 
 
 CARRIED_RETURN = 6.0
@@ -104,6 +104,14 @@ def test_evaluate_policy_starts_a_late_joiner_from_zeros() -> None:
     env = make_vec_env(late_joiner, n_envs=2, seed=0)
     returns, lengths = evaluate_policy(step_counter(), env, n_eval_episodes=4, return_episode_rewards=True)
     assert list(returns) == [CARRIED_RETURN] * 4 and list(lengths) == [6] * 4  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore:IPPO.learn ended")
+def test_collection_scores_what_evaluation_scores() -> None:
+    # Collection samples its actions, from logits that leave no doubt (-28 at the first step, +13 after).
+    model = step_counter(make_vec_env(late_joiner, n_envs=2, seed=0))
+    model.learn(48)
+    assert [episode["r"] for episode in model.ep_info_buffer] == [CARRIED_RETURN] * 8
 
 
 @pytest.mark.filterwarnings("ignore:IPPO.learn ended")
