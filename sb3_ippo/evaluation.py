@@ -3,6 +3,8 @@
 ``MultiAgentVecEnv`` follows SB3's ``VecEnv`` step contract (per-copy team rewards, dones and infos, with
 Monitor-style episode statistics), so SB3's own evaluation loop runs on it unchanged; these wrappers only turn a
 PettingZoo env into that vectorized env first. SB3's ``VecEnvWrapper``s around it (``VecVideoRecorder``) are kept.
+A model with recurrent agents acts in that loop as in collection (:class:`sb3_ippo.acting.CarryingModel`): each
+agent's state from its own first step in a copy, zeroed at the copy's episode end.
 With an ``opponent``, games are scored instead by the win, draw and loss rates of each seat (:mod:`sb3_ippo.games`).
 """
 
@@ -18,6 +20,7 @@ from stable_baselines3.common import evaluation
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
+from sb3_ippo.acting import acting_model
 from sb3_ippo.games import SeatRecord, evaluate_game
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, as_multiagent_vec_env
 
@@ -45,7 +48,9 @@ def evaluate_policy(
     """Run ``n_eval_episodes`` episodes and score each by its team return (the sum of all agents' rewards); with an
     ``opponent``, play games instead and return each seat's win, draw and loss rates.
 
-    :param model: An IPPO model (anything whose ``predict`` maps ``{agent_id: obs}`` to ``{agent_id: action}``).
+    :param model: An IPPO model (anything whose ``predict`` maps ``{agent_id: obs}`` to ``{agent_id: action}``). Its
+        recurrent agents act as in collection: each agent's state carried in each env copy from its own first step
+        (zeros for an agent that joins mid-episode), reset at the end of the copy's episode.
     :param env: A PettingZoo ``ParallelEnv``, a parallelizable ``AECEnv``, or ``make_vec_env(...)`` (also inside SB3
         ``VecEnvWrapper``s such as ``VecVideoRecorder``). With several copies, episodes are spread evenly over them,
         as SB3 does, so that short episodes are not favoured.
@@ -67,9 +72,10 @@ def evaluate_policy(
                 "reward_threshold, render and callback are for team returns (opponent=None)"
             )
         return evaluate_game(model, env, opponent, n_eval_episodes=n_eval_episodes, deterministic=deterministic)
+    vec_env = as_evaluation_env(env)
     return evaluation.evaluate_policy(
-        model,
-        as_evaluation_env(env),
+        acting_model(model, vec_env),
+        vec_env,
         n_eval_episodes=n_eval_episodes,
         deterministic=deterministic,
         render=render,
@@ -83,7 +89,8 @@ def evaluate_policy(
 class MultiAgentEvalCallback(EvalCallback):
     """SB3's ``EvalCallback`` for IPPO: every ``eval_freq`` calls it evaluates the model on ``eval_env`` and scores
     it by the mean team return (``eval/mean_reward``), saves the best model, and triggers ``callback_on_new_best``
-    (e.g. ``StopTrainingOnRewardThreshold``). Largely identical to its parent: only the env handling differs.
+    (e.g. ``StopTrainingOnRewardThreshold``). Largely identical to its parent: only the env handling differs, and a model
+    with recurrent agents acts as in collection (each agent's state from its own first step in each copy).
 
     With an ``opponent`` (games), the model plays each seat against it for ``n_eval_episodes`` games, and the score
     is the win rate averaged over the seats (``eval/win_rate``; also ``eval/draw_rate``, ``eval/loss_rate`` and
@@ -133,10 +140,16 @@ class MultiAgentEvalCallback(EvalCallback):
         )
 
     def _on_step(self) -> bool:
-        if self.opponent is None:
-            return super()._on_step()
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
             return True
+        if self.opponent is None:
+            # SB3's evaluation, with a model that acts as collection does (sb3_ippo.acting); it saves, logs and calls
+            # back with the model itself, whose attributes the acting model reads through.
+            model, self.model = self.model, acting_model(self.model, self.eval_env)
+            try:
+                return super()._on_step()
+            finally:
+                self.model = model
         records = evaluate_game(
             self.model, self.eval_env, self.opponent, n_eval_episodes=self.n_eval_episodes, deterministic=self.deterministic
         )
@@ -217,9 +230,10 @@ def evaluate_agents(model: Any, env: Any, n_eval_episodes: int = 10, determinist
             for agent, episode_return in info["episode"].get("agent_returns", {}).items():
                 agent_returns.setdefault(agent, []).append(float(episode_return))
 
+    vec_env = as_evaluation_env(env)
     team_returns, lengths = evaluation.evaluate_policy(
-        model,
-        as_evaluation_env(env),
+        acting_model(model, vec_env),
+        vec_env,
         n_eval_episodes=n_eval_episodes,
         deterministic=deterministic,
         callback=record_agent_returns,

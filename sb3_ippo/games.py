@@ -3,18 +3,21 @@
 ``evaluate_policy(model, env, opponent="random")`` (:func:`sb3_ippo.evaluate_policy`) calls :func:`evaluate_game`:
 for each seat, the model plays that seat and the opponent every other seat, for ``n_eval_episodes`` games. A game
 is won when the seat's return is greater than every other seat's, drawn when it ties the best, lost otherwise
-(the classic games pay +1 / -1 / 0).
+(the classic games pay +1 / -1 / 0). The model and a recurrent opponent remember as in collection: each seat's state
+carried in each env copy from its first move of the game (:mod:`sb3_ippo.acting`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from sb3_ippo.self_play import FrozenSeats, make_opponent, select_rows
+from sb3_ippo.acting import CarriedStates, predict_agent
+from sb3_ippo.self_play import FrozenSeats, make_opponent
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, as_multiagent_vec_env
 
 
@@ -95,6 +98,8 @@ def _play_seat(
 ) -> SeatRecord:
     n_envs = env.num_envs
     frozen = FrozenSeats(env.possible_agents, {agent: player for agent in env.possible_agents if agent != seat})
+    states = CarriedStates(n_envs)
+    predict = functools.partial(predict_agent, model, deterministic=deterministic)
     targets = np.array([(n_eval_episodes + i) // n_envs for i in range(n_envs)], dtype=int)
     counts = np.zeros(n_envs, dtype=int)
     results = {1: 0, 0: 0, -1: 0}
@@ -104,12 +109,14 @@ def _play_seat(
         actions: dict[AgentID, np.ndarray] = {}
         rows = frozen.learning(alive)[seat]
         if rows.any():
-            predicted, _ = model.predict({seat: select_rows(obs[seat], rows)}, deterministic=deterministic)
+            moves = states.act(predict, seat, rows, obs[seat])
             space = env.action_spaces[seat]
             actions[seat] = np.zeros((n_envs, *(space.shape or ())), dtype=space.dtype)
-            actions[seat][rows] = np.asarray(predicted[seat]).reshape(int(rows.sum()), *(space.shape or ()))
+            actions[seat][rows] = moves.reshape(int(rows.sum()), *(space.shape or ()))
         frozen.play(obs, alive, actions, env.action_spaces)
         step = env.step_agents(actions)
+        states.end_episodes(step.dones)
+        frozen.start_episodes(step.dones)
         for env_idx in np.flatnonzero(step.dones).tolist():
             if counts[env_idx] < targets[env_idx]:
                 results[outcome(step.infos[env_idx]["episode"]["agent_returns"], seat)] += 1

@@ -28,6 +28,7 @@ from stable_baselines3.common.utils import set_random_seed as set_global_random_
 from torch import nn
 
 from sb3_ippo import serialization
+from sb3_ippo.acting import select_rows
 from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
 from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
 from sb3_ippo.export import export_agent
@@ -35,7 +36,7 @@ from sb3_ippo.groups import AgentGroup
 from sb3_ippo.logs import dump_logs, learned_summary, print_every, record_update, throttle_stdout
 from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.preprocessing import to_env_action
-from sb3_ippo.recurrent import PredictState, check_predict_state, is_recurrent, predict_recurrent
+from sb3_ippo.recurrent import PredictState, check_episode_start, check_predict_state, is_recurrent, predict_recurrent
 from sb3_ippo.self_play import FrozenSeats
 from sb3_ippo.threads import learn_threads
 from sb3_ippo.types import AgentID, ObsArray
@@ -49,12 +50,6 @@ from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, as_multiagent_vec
 from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 
 SelfOnPolicy = TypeVar("SelfOnPolicy", bound="MultiAgentOnPolicyAlgorithm")
-
-
-def _select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
-    if isinstance(obs, dict):
-        return {key: value[rows] for key, value in obs.items()}
-    return obs[rows]
 
 
 class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
@@ -441,7 +436,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         values on the return scale. Each group's runner decides how its members act (``sb3_ippo.update.runners``)."""
         if self.obs_normalizers is not None:
             for agent in acting:
-                self.obs_normalizers[agent].update(_select_rows(obs[agent], alive[agent]))
+                self.obs_normalizers[agent].update(select_rows(obs[agent], alive[agent]))
         sampled = {}
         for runner in self._runners.values():
             for agent, (actions, values, log_probs) in runner.act(obs, acting, self.obs_normalizers, alive).items():
@@ -544,9 +539,12 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         return [runner for runner in self._runners.values() if isinstance(runner, RecurrentGroupRunner)]
 
     def _reset_recurrent_states(self) -> None:
-        """Zero the hidden states of every recurrent agent in every env copy (the copies were reset)."""
+        """Zero the hidden states of every recurrent agent, and of the frozen players, in every env copy (the copies
+        were reset)."""
         for runner in self._recurrent_runners():
             runner.reset_states(self.n_envs)
+        if self._seats is not None:
+            self._seats.reset_states()
 
     def _recurrent_states_before_step(self) -> dict[AgentID, np.ndarray]:
         """The recurrent agents' hidden states before this step: the initial state of the trajectories it opens."""
@@ -674,6 +672,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         states: dict[AgentID, PredictState] | None = None
         if any(is_recurrent(policy) for policy in self.policies.values()):
             check_predict_state(state)
+            check_episode_start(episode_start, [agent for agent in observation if is_recurrent(self.policies[agent])])
             states = {}
         for agent, obs in observation.items():
             try:

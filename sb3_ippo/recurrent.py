@@ -17,7 +17,7 @@ trajectory does when the update re-runs the network over it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,19 @@ def check_predict_state(state: Any) -> None:
             "A model with recurrent agents takes state={agent_id: (hidden, cell)}, as its predict returned it, or None "
             f"at the start; got {type(state).__name__}"
         )
+
+
+def check_episode_start(episode_start: Any, recurrent_agents: Iterable[AgentID]) -> None:
+    """:raises ValueError: for an ``episode_start`` dict without an entry for one of the ``recurrent_agents`` given."""
+    if not isinstance(episode_start, Mapping):
+        return
+    for agent in recurrent_agents:
+        if agent not in episode_start:
+            raise ValueError(
+                f"episode_start has no entry for agent {agent!r}, whose policy is recurrent: give {{agent_id: array}} "
+                f"with one array (one bool per observation row) for each recurrent agent observed, or one array for "
+                f"every agent; episode_start has {sorted(episode_start, key=str)}"
+            )
 
 
 def predict_recurrent(

@@ -8,7 +8,8 @@ random) is played by a snapshot drawn from the pool, the usual guard against cyc
 
 Where a seat is frozen, the learner's policy does not act, and nothing is stored: frozen seats never train. Their
 moves are part of the learners' environment: the rewards they cause reach the learners' last moves
-(:mod:`sb3_ippo.vec_env.turn_based`).
+(:mod:`sb3_ippo.vec_env.turn_based`). A recurrent opponent or snapshot remembers as a learner does: its state is carried
+per seat and env copy from the seat's first move of the episode (:class:`sb3_ippo.acting.CarriedStates`).
 """
 
 from __future__ import annotations
@@ -22,25 +23,32 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from sb3_ippo.acting import CarriedStates, predict_agent
 from sb3_ippo.masking import MASK_KEY, split_mask
 from sb3_ippo.preprocessing import to_env_action
+from sb3_ippo.recurrent import PredictState
 from sb3_ippo.types import AgentID, ObsArray
 
 RANDOM = "random"
 
 
-def select_rows(obs: ObsArray, rows: np.ndarray) -> ObsArray:
-    if isinstance(obs, dict):
-        return {key: value[rows] for key, value in obs.items()}
-    return obs[rows]
-
-
 class Opponent:
     """Plays one or more seats: ``act(agent, obs)`` gives an action for each row of ``obs`` (batched observations
-    of the seat ``agent``, as the env gives them, action masks included)."""
+    of the seat ``agent``, as the env gives them, action masks included).
+
+    Frozen seats call :meth:`predict`, which also takes and returns the rows' recurrent states (SB3's recurrent
+    convention); an opponent without memory needs only ``act``.
+    """
 
     def act(self, agent: AgentID, obs: ObsArray) -> np.ndarray:
         raise NotImplementedError
+
+    def predict(
+        self, agent: AgentID, obs: ObsArray, state: PredictState | None = None
+    ) -> tuple[np.ndarray, PredictState | None]:
+        """The actions for the rows of ``obs`` and their next states: ``state`` is the rows' states as the previous
+        call returned them (None: zeros, the start of the seat's episode). Without memory: ``(act(agent, obs), None)``."""
+        return self.act(agent, obs), None
 
 
 class RandomOpponent(Opponent):
@@ -110,19 +118,27 @@ class ModelOpponent(Opponent):
         self.takes_masks = "action_masks" in inspect.signature(model.predict).parameters
 
     def act(self, agent: AgentID, obs: ObsArray) -> np.ndarray:
+        return self.predict(agent, obs)[0]
+
+    def predict(
+        self, agent: AgentID, obs: ObsArray, state: PredictState | None = None
+    ) -> tuple[np.ndarray, PredictState | None]:
+        """The model's ``predict`` for the seat, with the rows' states for a recurrent model (an IPPO model's recurrent
+        agent, a ``RecurrentPPO``); a state of None is not passed, so a model without memory is called as always."""
         if self.multi_agent:
             if agent not in self.model.possible_agents:
                 raise ValueError(
                     f"The opponent model has no policy for seat {agent!r}; its agents are {self.model.possible_agents}"
                 )
-            actions, _ = self.model.predict({agent: obs}, deterministic=self.deterministic)
-            return np.asarray(actions[agent])
+            return predict_agent(self.model, agent, obs, state, self.deterministic)
         if self.takes_masks and isinstance(obs, dict) and MASK_KEY in obs:
+            # sb3-contrib has no recurrent maskable policy: no state.
             observation, mask = split_mask(obs)
             actions, _ = self.model.predict(observation, deterministic=self.deterministic, action_masks=mask)
-            return np.asarray(actions)
-        actions, _ = self.model.predict(obs, deterministic=self.deterministic)
-        return np.asarray(actions)
+            return np.asarray(actions), None
+        kwargs: dict[str, Any] = {} if state is None else {"state": state}
+        actions, next_state = self.model.predict(obs, deterministic=self.deterministic, **kwargs)
+        return np.asarray(actions), next_state
 
 
 class CallableOpponent(Opponent):
@@ -144,9 +160,15 @@ class SnapshotOpponent(Opponent):
         self.preprocess = dict(preprocess)
 
     def act(self, agent: AgentID, obs: ObsArray) -> np.ndarray:
+        return self.predict(agent, obs)[0]
+
+    def predict(
+        self, agent: AgentID, obs: ObsArray, state: PredictState | None = None
+    ) -> tuple[np.ndarray, PredictState | None]:
+        """The frozen policy's sampled actions, and for a recurrent policy the rows' next states."""
         policy = self.policies[agent]
-        actions, _ = policy.predict(self.preprocess[agent](obs), deterministic=False)
-        return np.asarray(to_env_action(actions, policy.action_space))
+        actions, next_state = policy.predict(self.preprocess[agent](obs), state, deterministic=False)
+        return np.asarray(to_env_action(actions, policy.action_space)), next_state
 
 
 def make_opponent(spec: Any, action_spaces: Mapping[AgentID, spaces.Space], seed: int | None = None) -> Opponent:
@@ -249,6 +271,8 @@ class FrozenSeats:
         self.rng = np.random.default_rng(seed)
         self._pool_seat: list[AgentID | None] = []
         self._pool_player: list[SnapshotOpponent | None] = []
+        # The frozen players' recurrent states, per seat and env copy: one player per seat and copy in an episode.
+        self._states: CarriedStates | None = None
 
     def _ensure(self, n_envs: int) -> None:
         if len(self._pool_seat) != n_envs:
@@ -257,7 +281,10 @@ class FrozenSeats:
             self.start_episodes(np.ones(n_envs, dtype=bool))
 
     def start_episodes(self, copies: np.ndarray) -> None:
-        """Draw the pool's seat and snapshot for the new episodes of ``copies`` (a bool mask over the copies)."""
+        """Zero the frozen players' states in ``copies`` (a bool mask over the copies), whose episodes ended, and draw
+        the pool's seat and snapshot for their new episodes."""
+        if self._states is not None and len(copies) == self._states.n_envs:
+            self._states.end_episodes(copies)
         if self.pool is None:
             return
         if not self.pool.snapshots:
@@ -268,6 +295,10 @@ class FrozenSeats:
                 continue
             self._pool_seat[env_idx] = self.pool_seats[int(self.rng.integers(len(self.pool_seats)))]
             self._pool_player[env_idx] = self.pool.draw(self.rng)
+
+    def reset_states(self) -> None:
+        """Forget the frozen players' states in every copy (the copies were reset)."""
+        self._states = None
 
     def after_update(self, policy_version: int) -> None:
         """Add a snapshot of the learner to the pool every ``snapshot_every`` versions."""
@@ -293,9 +324,12 @@ class FrozenSeats:
         actions: dict[AgentID, np.ndarray],
         action_spaces: Mapping[AgentID, spaces.Space],
     ) -> None:
-        """Fill the frozen seats' rows of ``actions`` (in place; a copy of each array it changes) with their moves."""
+        """Fill the frozen seats' rows of ``actions`` (in place; a copy of each array it changes) with their moves, each
+        player acting from its states in those rows."""
         for agent, mask in alive.items():
             n_envs = len(mask)
+            if self._states is None or self._states.n_envs != n_envs:
+                self._states = CarriedStates(n_envs)
             rows = mask & self.frozen(agent, n_envs)
             if not rows.any():
                 continue
@@ -315,7 +349,7 @@ class FrozenSeats:
                     entry[1][env_idx] = True
                 players = list(by_snapshot.values())
             for player, player_rows in players:
-                moves = player.act(agent, select_rows(obs[agent], player_rows))
+                moves = self._states.act(player.predict, agent, player_rows, obs[agent])
                 actions[agent][player_rows] = np.asarray(moves).reshape(int(player_rows.sum()), *actions[agent].shape[1:])
 
 
