@@ -34,6 +34,9 @@ reads them).
   episode length and SB3's PPO update: ``rollout_len=128`` (an update every 128 steps of each copy: 1,024
   transitions per agent with 8 copies), ``batch_size=256``, ``n_epochs=10``, ``target_kl=None`` and
   ``shuffle_minibatches=True`` (SB3's PPO: 10 shuffled passes, no KL stop); IPPO's value targets otherwise.
+- ``ippo_rollout25`` (only with ``--algos``): IPPO's defaults with ``rollout_len=25``: on MPE's 25-step episodes
+  and 8 copies the same batches as the defaults (200 transitions per agent), on longer episodes as many gradient
+  steps per sample as there.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -91,6 +94,7 @@ ALGOS = (
     "ippo_shared_sb3",
     "ippo_as_peer",
     "ippo_rollout128",
+    "ippo_rollout25",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -108,10 +112,11 @@ LABELS = {
     "ippo_shared_sb3": "IPPO, each group shares one network, updated as SB3's PPO",
     "ippo_as_peer": "IPPO configured as the peer (shared networks, SB3's update, rollouts of 256 steps)",
     "ippo_rollout128": "IPPO, rollouts of 128 steps per copy, SB3's update (minibatches of 256, 10 passes)",
+    "ippo_rollout25": "IPPO's defaults on rollouts of 25 steps per copy (MPE's batches, whatever the episode length)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black", "gold", "navy", "teal", "maroon",
+    "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -162,6 +167,10 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_rollout128": {
         "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
     },
+    # IPPO's defaults with the batch rule independent of episode length, at the size the defaults' n_episodes=8 give
+    # MPE's 25-step episodes on 8 copies (200 transitions per agent, an update every 25 steps of each copy): on MPE the
+    # same batches as the defaults; on 500-step episodes (sisl) 20x more updates per sample than n_episodes=8 gives.
+    "ippo_rollout25": {"rollout_len": 25},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
