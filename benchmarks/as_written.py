@@ -10,12 +10,15 @@ Every variant trains IPPO's defaults on mpe2 ``simple_spread_v3`` (N=3, max_cycl
 - ``cli``: ``python -m sb3_ippo train --timesteps T --no-progress-bar --eval-episodes 1`` (its ``--threads`` default,
   1); its speed is the last ``time/fps`` of progress.csv, which covers ``learn`` as the others' clocks do.
 
+With ``--before CHECKOUT`` (a checkout of an earlier commit), ``before`` runs the snippet as written on that
+checkout's ``sb3_ippo`` (``PYTHONPATH``), in the same alternating rounds.
+
 The clock of the snippets covers ``learn`` only (not importing torch, nor building the env). Rounds alternate the
 order of the variants; each figure is the median of ``--rounds``. ``--busy N`` starts N other processes that each spin
 a core for the whole run (the "one other busy process" of issue 36 is ``--busy 1``).
 
     python benchmarks/as_written.py --rounds 2 --timesteps 30000
-    python benchmarks/as_written.py --rounds 2 --timesteps 30000 --busy 1
+    python benchmarks/as_written.py --rounds 2 --timesteps 30000 --busy 1 [--before ../sb3_ippo_a144363]
 """
 
 from __future__ import annotations
@@ -45,11 +48,14 @@ VARIANTS = ("as_written", "one_thread", "cli")
 BUSY_LOOP = "while True: pass"
 
 
-def run_snippet(timesteps: int, one_thread: bool, out: Path) -> float:
+def run_snippet(timesteps: int, one_thread: bool, out: Path, checkout: Path | None = None) -> float:
     threads = "import torch; torch.set_num_threads(1)" if one_thread else ""
-    code = SNIPPET.format(threads=threads, timesteps=timesteps)
+    code = SNIPPET.format(threads=threads, timesteps=timesteps) + "import sb3_ippo; print('FROM', sb3_ippo.__file__)\n"
+    env = dict(os.environ, PYTHONPATH=str(checkout.resolve())) if checkout is not None else None
     with open(out, "w") as stdout:
-        subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.STDOUT, check=True)
+        # In the output's folder: python -c puts its working folder first on sys.path, before PYTHONPATH.
+        subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.STDOUT, check=True, env=env,
+                       cwd=out.parent)
     lines = [line for line in out.read_text().splitlines() if line.startswith("RATE ")]
     return float(lines[-1].split()[1])
 
@@ -68,17 +74,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timesteps", type=int, default=30_000)
     parser.add_argument("--busy", type=int, default=0, help="other processes that each spin a core meanwhile")
+    parser.add_argument("--before", type=Path, default=None, help="a checkout of an earlier commit: adds 'before'")
     args = parser.parse_args()
 
+    variants = (*VARIANTS, "before") if args.before is not None else VARIANTS
     busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.busy)]
-    rates: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for round_index in range(args.rounds):
-                order = VARIANTS if round_index % 2 == 0 else VARIANTS[::-1]
+                order = variants if round_index % 2 == 0 else variants[::-1]
                 for variant in order:
                     if variant == "cli":
                         rate = run_cli(args.timesteps, Path(tmp) / "cli")
+                    elif variant == "before":
+                        rate = run_snippet(args.timesteps, False, Path(tmp) / "before.txt", args.before)
                     else:
                         rate = run_snippet(args.timesteps, variant == "one_thread", Path(tmp) / f"{variant}.txt")
                     rates[variant].append(rate)
@@ -87,10 +97,11 @@ def main() -> None:
         for process in busy:
             process.kill()
     load = os.getloadavg()[0]
+    before = f"; before: the snippet as written on {args.before}" if args.before is not None else ""
     print(f"\n{args.rounds} alternating rounds of {args.timesteps:,} env steps, {args.busy} busy process(es), "
-          f"load {load:.1f} at the end; IPPO's defaults on simple_spread (8 copies), each run a fresh process")
+          f"load {load:.1f} at the end; IPPO's defaults on simple_spread (8 copies), each run a fresh process{before}")
     reference = statistics.median(rates["one_thread"])
-    for variant in VARIANTS:
+    for variant in variants:
         median = statistics.median(rates[variant])
         print(f"{variant:>10}: {median:,.0f} env steps/s (median; {', '.join(f'{r:,.0f}' for r in rates[variant])}), "
               f"{median / reference:.2f}x one_thread")
