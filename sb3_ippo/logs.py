@@ -131,11 +131,18 @@ def record_update(model: MultiAgentOnPolicyAlgorithm, job: UpdateJob) -> None:
         model.logger.record("rollout/rejected_episodes", model.rejected_episodes)
 
 
+def steps_and_seconds(model: MultiAgentOnPolicyAlgorithm) -> tuple[int, float]:
+    """The env steps and wall-clock seconds of the current ``learn`` so far."""
+    return model.num_timesteps - model._num_timesteps_at_start, max(
+        (time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon
+    )
+
+
 def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
     """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
     assert model.ep_info_buffer is not None
-    time_elapsed = max((time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon)
-    fps = int((model.num_timesteps - model._num_timesteps_at_start) / time_elapsed)
+    steps, time_elapsed = steps_and_seconds(model)
+    fps = int(steps / time_elapsed)
     if iteration > 0:
         model.logger.record("time/iterations", iteration, exclude="tensorboard")
     if len(model.ep_info_buffer) > 0:
@@ -157,18 +164,17 @@ def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
 def learned_summary(model: MultiAgentOnPolicyAlgorithm) -> str:
     """One line on what a ``learn`` achieved: env steps, time, speed, updates and the latest team return."""
     assert model.ep_info_buffer is not None
-    steps = model.num_timesteps - model._num_timesteps_at_start
-    seconds = max((time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon)
+    steps, seconds = steps_and_seconds(model)
     minutes, rest = divmod(round(seconds), 60)
     parts = [
         f"{type(model).__name__} learned {steps:,} env steps in {minutes}:{rest:02d} ({int(steps / seconds):,} env steps/s)",
         f"{model._n_updates:,} updates in all (policy_version {model.policy_version})",
     ]
-    if model.env is not None and is_turn_based_vec_env(model.env):
-        pass  # A game's team return is 0 whoever wins: evaluate_policy(..., opponent=...) scores it.
-    elif len(model.ep_info_buffer) > 0:
+    # A game's team return is 0 whoever wins (evaluate_policy(..., opponent=...) scores games): not shown.
+    game = model.env is not None and is_turn_based_vec_env(model.env)
+    if not game and len(model.ep_info_buffer) > 0:
         team_return = safe_mean([info["r"] for info in model.ep_info_buffer])
         parts.append(f"team return {team_return:.2f} (mean of the last {len(model.ep_info_buffer)} episodes)")
-    else:
+    elif not game:
         parts.append("no episode finished")
     return "; ".join(parts)
