@@ -34,6 +34,8 @@ reads them).
   episode length and SB3's PPO update: ``rollout_len=128`` (an update every 128 steps of each copy: 1,024
   transitions per agent with 8 copies), ``batch_size=256``, ``n_epochs=10``, ``target_kl=None`` and
   ``shuffle_minibatches=True`` (SB3's PPO: 10 shuffled passes, no KL stop); IPPO's value targets otherwise.
+- ``ippo_rollout128_sync`` (only with ``--algos``): ``ippo_rollout128`` with ``async_training=False``: every batch
+  trained by the policy that collected it.
 - ``ippo_rollout25`` (only with ``--algos``): IPPO's defaults with ``rollout_len=25``: on MPE's 25-step episodes
   and 8 copies the same batches as the defaults (200 transitions per agent), on longer episodes as many gradient
   steps per sample as there.
@@ -94,6 +96,7 @@ ALGOS = (
     "ippo_shared_sb3",
     "ippo_as_peer",
     "ippo_rollout128",
+    "ippo_rollout128_sync",
     "ippo_rollout25",
 )
 LABELS = {
@@ -112,11 +115,12 @@ LABELS = {
     "ippo_shared_sb3": "IPPO, each group shares one network, updated as SB3's PPO",
     "ippo_as_peer": "IPPO configured as the peer (shared networks, SB3's update, rollouts of 256 steps)",
     "ippo_rollout128": "IPPO, rollouts of 128 steps per copy, SB3's update (minibatches of 256, 10 passes)",
+    "ippo_rollout128_sync": "ippo_rollout128, updates in the training process (no learner process)",
     "ippo_rollout25": "IPPO's defaults on rollouts of 25 steps per copy (MPE's batches, whatever the episode length)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime",
+    "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -166,6 +170,12 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # per copy and SB3's PPO update (10 shuffled passes over minibatches of 256, no KL stop), IPPO's value targets.
     "ippo_rollout128": {
         "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
+    },
+    # ``ippo_rollout128`` with every update in the training process (``async_training=False``): each batch collected
+    # by the policy it trains, no one-update lag of a learner process. The candidate defaults of issue 32.
+    "ippo_rollout128_sync": {
+        "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
+        "async_training": False,
     },
     # IPPO's defaults with the batch rule independent of episode length, at the size the defaults' n_episodes=8 give
     # MPE's 25-step episodes on 8 copies (200 transitions per agent, an update every 25 steps of each copy): on MPE the
