@@ -40,21 +40,21 @@ from sb3_ippo import IPPO
 N_EPOCHS = 80
 # (label, file suffix, function name); indented labels are parts of the one above them.
 PARTS = (
-    ("learn (total)", "sb3_ippo/on_policy_algorithm.py", "learn"),
-    ("collection", "sb3_ippo/on_policy_algorithm.py", "collect_rollouts"),
+    ("learn (total)", "sb3_ippo/common/on_policy_algorithm.py", "learn"),
+    ("collection", "sb3_ippo/common/on_policy_algorithm.py", "collect_rollouts"),
     ("  env stepping (step_agents)", "sb3_ippo/vec_env/base.py", "step_agents"),
-    ("  policy forward (_act: per group or agent)", "sb3_ippo/on_policy_algorithm.py", "_act"),
-    ("  buffer add", "sb3_ippo/buffer.py", "add"),
-    ("  callbacks (on_step)", "common/callbacks.py", "on_step"),
-    ("  episode statistics", "common/base_class.py", "_update_info_buffer"),
+    ("  policy forward (_act: per group or agent)", "sb3_ippo/common/on_policy_algorithm.py", "_act"),
+    ("  buffer add", "sb3_ippo/common/buffer.py", "add"),
+    ("  callbacks (on_step)", "stable_baselines3/common/callbacks.py", "on_step"),
+    ("  episode statistics", "stable_baselines3/common/base_class.py", "_update_info_buffer"),
     ("update (train)", "ippo/ippo.py", "train"),
-    ("  drain", "sb3_ippo/buffer.py", "drain"),
+    ("  drain", "sb3_ippo/common/buffer.py", "drain"),
     ("  build_batch (one agent: recompute, GAE)", "sb3_ippo/update/batch.py", "build_batch"),
     ("  ppo_update (one agent)", "sb3_ippo/update/ppo.py", "ppo_update"),
     ("  stacked_build_batch (a group)", "sb3_ippo/update/stacked_update.py", "stacked_build_batch"),
     ("  stacked_ppo_update (a group)", "sb3_ippo/update/stacked_update.py", "stacked_ppo_update"),
-    ("  record statistics", "sb3_ippo/on_policy_algorithm.py", "_record_update"),
-    ("logging (dump_logs)", "sb3_ippo/on_policy_algorithm.py", "dump_logs"),
+    ("  record statistics", "sb3_ippo/common/on_policy_algorithm.py", "_record_update"),
+    ("logging (dump_logs)", "sb3_ippo/common/on_policy_algorithm.py", "dump_logs"),
 )
 
 
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         args.save.parent.mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(args.save)
     stats = pstats.Stats(profiler)
-    total, _ = cumulative_seconds(stats, "sb3_ippo/on_policy_algorithm.py", "learn")
+    total, _ = cumulative_seconds(stats, "sb3_ippo/common/on_policy_algorithm.py", "learn")
 
     print(common.machine_description())
     print(
