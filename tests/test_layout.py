@@ -151,3 +151,22 @@ def test_the_class_paths_that_saved_zips_name_still_resolve() -> None:
     for (module, name), cls in expected.items():
         found = pickle.loads(f"c{module}\n{name}\n.".encode())  # the GLOBAL opcode a pickle names a class with
         assert found is cls, (module, name)
+
+
+def test_the_map_in_algorithm_md_names_only_modules_that_exist() -> None:
+    text = (ROOT / "docs" / "algorithm.md").read_text()
+    section = text[text.index("## Where the code is") : text.index("**Adding an algorithm**")]
+    named, folder = set(), ""
+    for row in (line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")):
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        if cells[0].startswith("`") and cells[0].endswith("/`"):
+            folder = cells[0].strip("`")  # a row of the package table; "| |" rows continue the package above
+        elif cells[0]:
+            folder = ""  # a row of the steps table: paths from the package's root
+        for cell in cells[1:3]:
+            for word in cell.replace(",", " ").replace("(", " ").replace(")", " ").split():
+                if word.startswith("`") and word.endswith(".py`"):
+                    name = word.strip("`")
+                    named.add(name if "/" in name else folder + name)
+    assert {"common/base_class.py", "common/on_policy_algorithm.py", "update/runners.py", "games/masking.py"} <= named
+    assert sorted(name for name in named if not (PACKAGE / name).is_file()) == []

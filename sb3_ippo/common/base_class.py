@@ -46,7 +46,6 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
     the attributes below (the hyperparameters and the counters) and its ``_setup_model`` builds the groups, policies,
     runners, trainer and buffers."""
 
-
     env: MultiAgentVecEnv | None  # type: ignore[assignment]
     # What the subclass's __init__ sets (its hyperparameters) and _setup_model builds.
     n_steps: int | None
@@ -86,7 +85,6 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
     def _check_hyperparameters(self) -> None:
         """:raises ValueError: for the first hyperparameter (or combination) that is not valid."""
         raise NotImplementedError
-
 
     # ----------------------------------------------------------------------------------------------------------
     # Environment
@@ -142,6 +140,10 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
             f"(agents: {getattr(self, 'possible_agents', [])}). wandb's WandbCallback(gradient_save_freq=...) reads it: "
             "use sb3_ippo.tracking.WandbCallback, which watches every agent's networks"
         )
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Saving and loading
+    # ----------------------------------------------------------------------------------------------------------
 
     def _excluded_save_params(self) -> list[str]:
         return [
@@ -218,7 +220,7 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
         return serialization.load_model(cls, path, vec_env, device, trusted, custom_objects, print_system_info, kwargs)
 
     # ----------------------------------------------------------------------------------------------------------
-    # Inference and export
+    # Inference
     # ----------------------------------------------------------------------------------------------------------
 
     def predict(  # type: ignore[override]

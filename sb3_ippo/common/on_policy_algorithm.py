@@ -55,6 +55,10 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
         """One update, in the calling thread, applied (``_apply_update``)."""
         raise NotImplementedError
 
+    # ----------------------------------------------------------------------------------------------------------
+    # Environment and buffers
+    # ----------------------------------------------------------------------------------------------------------
+
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Use a new env (same agents and spaces). Finished trajectories waiting for an update are kept.
 
