@@ -58,6 +58,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new_name = MOVED_MODULES[module.__name__]
         target = importlib.import_module(new_name)
         module.__doc__ = f"Moved to :mod:`{new_name}`: this name stays for code and model files of earlier versions."
+        public = getattr(target, "__all__", [name for name in vars(target) if not name.startswith("_")])
+        setattr(module, "__all__", list(public))  # noqa: B010 (ModuleType declares no __all__)
         module.__getattr__ = lambda name: getattr(target, name)  # type: ignore[method-assign]
         module.__dir__ = lambda: dir(target)  # type: ignore[method-assign]
 
