@@ -41,7 +41,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import LinearSchedule
 
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.games import evaluate_game
+from sb3_ippo.games.evaluation import evaluate_game
 
 # Chosen on short runs (docs/benchmarks.md#turn-based-games), tictactoe's second seat being the hard one: 10 passes
 # per update, a learning rate decaying linearly from 1e-3 to 0 over the run, a little entropy, and a 256x256 ReLU

@@ -30,13 +30,46 @@ stop; one env copy, because skrl's PettingZoo wrapper does not vectorize). ``pip
 beside torch 2.13 without replacing it.
 
 Every process runs torch on one thread (see ``benchmarks/common.py``).
+
+**Scaling with the number of agents** (``--agents N [N ...]``, formerly ``benchmarks/scaling.py``): the matched setup
+above, repeated for each N of simple_spread_v3; the table gives the training cost per agent-step (wall-clock
+microseconds per env step x N, collection and updates together) of each algorithm, its growth from the first N, and
+the ratio IPPO/peer. Per update, each IPPO agent trains on ``peer_n_steps x n_envs`` of its own transitions; the peer
+trains its one network on those of all N agents together, so the gradient steps per update are about the same for
+both at every N.
+
+    python benchmarks/throughput.py --agents 3 6 10 --rounds 3 --timesteps 3200
+
+**Speed as a user gets it** (``--as-written``, formerly ``benchmarks/as_written.py``): the README's Python snippet as
+written (torch's thread count untouched) against the same snippet after ``torch.set_num_threads(1)`` and against the
+command line, each round in fresh processes. Every variant trains IPPO's defaults on mpe2 ``simple_spread_v3`` (N=3,
+max_cycles=25) with 8 in-process copies for ``--timesteps`` env steps, seed 0:
+
+- ``as_written``: the README's snippet (``make_vec_env(..., n_envs=8)``, ``IPPO("MlpPolicy", env, verbose=1)``,
+  ``learn``), nothing else; stdout to a file, as a terminal would show it;
+- ``one_thread``: the same, after ``torch.set_num_threads(1)`` (what every other figure in docs/benchmarks.md sets);
+- ``cli``: ``python -m sb3_ippo train --timesteps T --no-progress-bar --eval-episodes 1`` (its ``--threads`` default,
+  1); its speed is the last ``time/fps`` of progress.csv, which covers ``learn`` as the others' clocks do.
+
+With ``--before CHECKOUT`` (a checkout of an earlier commit), ``before`` runs the snippet as written on that
+checkout's ``sb3_ippo`` (``PYTHONPATH``), in the same alternating rounds. The clock of the snippets covers ``learn``
+only (not importing torch, nor building the env). Rounds alternate the order of the variants; each figure is the
+median of ``--rounds``. ``--busy N`` starts N other processes that each spin a core for the whole run (the "one other
+busy process" of issue 36 is ``--busy 1``).
+
+    python benchmarks/throughput.py --as-written --rounds 2 --timesteps 30000
+    python benchmarks/throughput.py --as-written --rounds 2 --timesteps 30000 --busy 1 [--before ../sb3_ippo_a144363]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -257,13 +290,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skrl", action="store_true", help="add skrl's IPPO as a third column (pip install skrl)")
     parser.add_argument("--defaults", action="store_true", help="each library's own defaults instead of matched work")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--agents", type=int, nargs="+", default=None,
+                        help="scaling: the matched setup for each of these values of simple_spread's N")
+    parser.add_argument("--as-written", action="store_true",
+                        help="the README's snippet as written against one thread and the command line, in fresh processes")
+    parser.add_argument("--busy", type=int, default=0, help="--as-written: other processes that each spin a core meanwhile")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="--as-written: a checkout of an earlier commit: adds 'before'")
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    """Run the benchmark, print the table, and return the median agent-steps/s of each algorithm."""
+def main(argv: Sequence[str] | None = None) -> dict[Any, Any]:
+    """Run the benchmark, print the table, and return the median agent-steps/s of each algorithm (``--agents``: the
+    median microseconds per agent-step, per N and algorithm; ``--as-written``: the median env steps/s of each
+    variant)."""
     args = parse_args(argv)
+    if args.as_written:
+        return as_written(args)
     common.set_torch_threads(1)
+    if args.agents is not None:
+        return scaling(args)
     kwargs = common.env_kwargs(ENV_NAME, args.n_agents)
     names = list(BUILDERS) + (["skrl"] if args.skrl else [])
     rates = compare(args, kwargs, names)
@@ -291,6 +337,105 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         medians["ratio_skrl"] = medians["ippo"] / medians["skrl"]
         print(f"ratio IPPO/skrl (medians): {medians['ratio_skrl']:.2f} (skrl: 1 env copy, no PettingZoo vectorization)")
     return medians
+
+
+def scaling(args: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """``--agents``: the matched setup for each N; prints the table, returns the median microseconds per agent-step."""
+    costs: dict[int, dict[str, float]] = {}
+    for n_agents in args.agents:
+        kwargs = common.env_kwargs(ENV_NAME, n_agents)
+        rates = compare(args, kwargs, list(BUILDERS))
+        costs[n_agents] = {name: 1e6 / statistics.median(values) for name, values in rates.items()}
+        print(f"N={n_agents}: " + ", ".join(f"{name} {cost:,.0f} us/agent-step" for name, cost in costs[n_agents].items()),
+              flush=True)
+    print(common.machine_description())
+    setup = (
+        "each library's defaults"
+        if args.defaults
+        else f"n_epochs {args.n_epochs}, batch_size {args.batch_size}, {args.peer_n_steps * args.n_envs} transitions per "
+        "agent per update, target_kl None"
+    )
+    print(f"simple_spread_v3 (max_cycles 25), {args.n_envs} copies, 64x64 MLPs, {setup}; {args.rounds} rounds x "
+          f"{args.timesteps:,} env steps per N, alternating")
+    first = costs[args.agents[0]]
+    print(f"{'N':>4}{'IPPO us/agent-step':>20}{'x N=' + str(args.agents[0]):>8}{'peer us/agent-step':>20}"
+          f"{'x N=' + str(args.agents[0]):>8}{'IPPO/peer':>11}")
+    for n_agents, cost in costs.items():
+        print(
+            f"{n_agents:>4}{cost['ippo']:>20,.0f}{cost['ippo'] / first['ippo']:>8.2f}{cost['peer']:>20,.0f}"
+            f"{cost['peer'] / first['peer']:>8.2f}{cost['ippo'] / cost['peer']:>11.2f}"
+        )
+    return costs
+
+
+SNIPPET = """
+import time
+{threads}
+from mpe2 import simple_spread_v3
+from sb3_ippo import IPPO, make_vec_env
+
+env = make_vec_env(simple_spread_v3.parallel_env, n_envs=8, seed=0, env_kwargs=dict(N=3, max_cycles=25))
+model = IPPO("MlpPolicy", env, verbose=1, seed=0)
+start = time.perf_counter()
+model.learn(total_timesteps={timesteps})
+print("RATE", {timesteps} / (time.perf_counter() - start))
+"""
+AS_WRITTEN_VARIANTS = ("as_written", "one_thread", "cli")
+BUSY_LOOP = "while True: pass"
+
+
+def run_snippet(timesteps: int, one_thread: bool, out: Path, checkout: Path | None = None) -> float:
+    threads = "import torch; torch.set_num_threads(1)" if one_thread else ""
+    code = SNIPPET.format(threads=threads, timesteps=timesteps) + "import sb3_ippo; print('FROM', sb3_ippo.__file__)\n"
+    env = dict(os.environ, PYTHONPATH=str(checkout.resolve())) if checkout is not None else None
+    with open(out, "w") as stdout:
+        # In the output's folder: python -c puts its working folder first on sys.path, before PYTHONPATH.
+        subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.STDOUT, check=True, env=env,
+                       cwd=out.parent)
+    lines = [line for line in out.read_text().splitlines() if line.startswith("RATE ")]
+    return float(lines[-1].split()[1])
+
+
+def run_cli(timesteps: int, folder: Path) -> float:
+    command = [sys.executable, "-m", "sb3_ippo", "train", "--timesteps", str(timesteps), "--no-progress-bar",
+               "--eval-episodes", "1", "--seed", "0", "--out", str(folder), "--overwrite"]
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    with open(folder / "progress.csv") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("time/fps")]
+    return float(rows[-1]["time/fps"])
+
+
+def as_written(args: argparse.Namespace) -> dict[str, float]:
+    """``--as-written``: the README's snippet in fresh processes; prints the table, returns each variant's median."""
+    variants = (*AS_WRITTEN_VARIANTS, "before") if args.before is not None else AS_WRITTEN_VARIANTS
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(args.busy)]
+    rates: dict[str, list[float]] = {variant: [] for variant in variants}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for round_index in range(args.rounds):
+                order = variants if round_index % 2 == 0 else variants[::-1]
+                for variant in order:
+                    if variant == "cli":
+                        rate = run_cli(args.timesteps, Path(tmp) / "cli")
+                    elif variant == "before":
+                        rate = run_snippet(args.timesteps, False, Path(tmp) / "before.txt", args.before)
+                    else:
+                        rate = run_snippet(args.timesteps, variant == "one_thread", Path(tmp) / f"{variant}.txt")
+                    rates[variant].append(rate)
+                    print(f"round {round_index + 1} {variant:>10}: {rate:,.0f} env steps/s", flush=True)
+    finally:
+        for process in busy:
+            process.kill()
+    load = os.getloadavg()[0]
+    before = f"; before: the snippet as written on {args.before}" if args.before is not None else ""
+    print(f"\n{args.rounds} alternating rounds of {args.timesteps:,} env steps, {args.busy} busy process(es), "
+          f"load {load:.1f} at the end; IPPO's defaults on simple_spread (8 copies), each run a fresh process{before}")
+    reference = statistics.median(rates["one_thread"])
+    for variant in variants:
+        median = statistics.median(rates[variant])
+        print(f"{variant:>10}: {median:,.0f} env steps/s (median; {', '.join(f'{r:,.0f}' for r in rates[variant])}), "
+              f"{median / reference:.2f}x one_thread")
+    return {variant: statistics.median(rates[variant]) for variant in variants}
 
 
 if __name__ == "__main__":

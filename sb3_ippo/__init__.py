@@ -9,8 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from sb3_ippo import old_paths
+from sb3_ippo.version import __version__ as __version__
+
 if TYPE_CHECKING:
-    from sb3_ippo.evaluation import MultiAgentEvalCallback, evaluate_policy
+    from sb3_ippo.common.evaluation import MultiAgentEvalCallback, evaluate_policy
     from sb3_ippo.hyperparams import tuned_hyperparameters
     from sb3_ippo.ippo import IPPO
     from sb3_ippo.mappo import MAPPO
@@ -25,13 +28,15 @@ __all__ = [
     "make_vec_env",
     "tuned_hyperparameters",
 ]
-__version__ = "0.1.0"
+
+# The modules that moved stay importable by their old names (model files of earlier versions name them).
+old_paths.install()
 
 _MODULES = {
     "IPPO": "sb3_ippo.ippo",
     "MAPPO": "sb3_ippo.mappo",
-    "MultiAgentEvalCallback": "sb3_ippo.evaluation",
-    "evaluate_policy": "sb3_ippo.evaluation",
+    "MultiAgentEvalCallback": "sb3_ippo.common.evaluation",
+    "evaluate_policy": "sb3_ippo.common.evaluation",
     "MultiAgentVecEnv": "sb3_ippo.vec_env",
     "make_vec_env": "sb3_ippo.vec_env",
     "tuned_hyperparameters": "sb3_ippo.hyperparams",

@@ -19,12 +19,12 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
 
 from sb3_ippo import IPPO, MAPPO, make_vec_env
-from sb3_ippo.buffer import Trajectory, stack_obs
-from sb3_ippo.critic_input import has_critic_input
+from sb3_ippo.common.buffer import Trajectory, stack_obs
+from sb3_ippo.common.critic_input import has_critic_input
 from sb3_ippo.ippo.ippo import default_update_settings
 from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.vec_env import MultiAgentVecEnv
-from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv
+from sb3_ippo.games.turn_based import TurnBasedMultiAgentVecEnv
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 
 GAMMA, GAE_LAMBDA = 0.99, 0.95

@@ -22,11 +22,11 @@ import torch as th
 from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
-from sb3_ippo.acting import CarryingModel, acting_model
+from sb3_ippo.common.acting import CarryingModel, acting_model
 from sb3_ippo.cli import main
-from sb3_ippo.evaluation import evaluate_agents
-from sb3_ippo.games import evaluate_game
-from sb3_ippo.self_play import ModelOpponent
+from sb3_ippo.common.evaluation import evaluate_agents
+from sb3_ippo.games.evaluation import evaluate_game
+from sb3_ippo.games.self_play import ModelOpponent
 from tests.envs import CueMemoryEnv, DyingAgentsEnv
 
 # One LSTM unit, straight to the action logits: every policy here is set by hand.

@@ -1,6 +1,6 @@
 """What a user's script gets as written: ``learn`` picks torch's thread count for its own processes unless the user
-chose one (``sb3_ippo.threads``), and ``verbose=1`` prints SB3's table at a cadence a person can read, then one line
-on what was learned (``sb3_ippo.logs``)."""
+chose one (``sb3_ippo.common.threads``), and ``verbose=1`` prints SB3's table at a cadence a person can read, then one line
+on what was learned (``sb3_ippo.common.logs``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_ippo.logs import MIN_PRINT_EVERY, TABLES_PER_LEARN, print_every
-from sb3_ippo.threads import LEARN_THREADS, chosen_threads
+from sb3_ippo.common.logs import MIN_PRINT_EVERY, TABLES_PER_LEARN, print_every
+from sb3_ippo.common.threads import LEARN_THREADS, chosen_threads
 from tests.helpers import make_model
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-import sb3_ippo.on_policy_algorithm as on_policy_algorithm
+import sb3_ippo.common.on_policy_algorithm as on_policy_algorithm
 import sb3_ippo.update.learner as learner_module
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.update.trainer import UpdateJob
@@ -331,7 +331,7 @@ def test_the_learner_process_imports_the_update_code_without_the_env_layer() -> 
     code = (
         "import sys, pickle, sb3_ippo.update.learner\n"
         "print(sorted(name for name in sys.modules if name.startswith(('sb3_ippo.vec_env', 'sb3_ippo.ippo', "
-        "'sb3_ippo.evaluation', 'sb3_ippo.serialization'))))"
+        "'sb3_ippo.common.evaluation', 'sb3_ippo.serialization'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -364,11 +364,11 @@ def test_a_script_without_a_main_guard_trains_with_async_training(tmp_path: path
 SCRIPT_WITH_A_POLICY_CLASS = """
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy
-import sb3_ippo.on_policy_algorithm
+import sb3_ippo.common.on_policy_algorithm
 from sb3_ippo import IPPO
 from tests.envs import DyingAgentsEnv
 
-sb3_ippo.on_policy_algorithm.AUTO_MIN_TIMESTEPS = 0  # "auto" would start a learner for this short learn
+sb3_ippo.common.on_policy_algorithm.AUTO_MIN_TIMESTEPS = 0  # "auto" would start a learner for this short learn
 
 
 class MyPolicy(ActorCriticPolicy):

@@ -10,7 +10,6 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-import torch as th
 from stable_baselines3 import PPO
 
 from sb3_ippo import IPPO
@@ -30,6 +29,15 @@ def load_benchmark(name: str) -> ModuleType:
     finally:
         del sys.modules[spec.name]
     return module
+
+
+def test_benchmarks_are_a_few_scripts_each_listed_with_its_command_in_the_readme() -> None:
+    scripts = sorted(path.name for path in BENCHMARKS.glob("*.py"))
+    assert len(scripts) <= 8, scripts
+    readme = (BENCHMARKS / "README.md").read_text()
+    for script in scripts:
+        if script != "common.py":
+            assert f"`{script}`" in readme and f"python benchmarks/{script}" in readme, script
 
 
 def test_env_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,10 +74,24 @@ def test_throughput_skrl_column_smoke(tmp_path: Path, monkeypatch: pytest.Monkey
     assert medians["skrl"] > 0 and "ratio_skrl" in medians
 
 
-def test_scaling_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    costs = load_benchmark("scaling").main(["--agents", "2", "3", "--rounds", "1", "--timesteps", "50", *TINY])
+def test_throughput_scaling_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    costs = load_benchmark("throughput").main(["--agents", "2", "3", "--rounds", "1", "--timesteps", "50", *TINY])
     assert set(costs) == {2, 3} and all(cost[name] > 0 for cost in costs.values() for name in ("ippo", "peer"))
     assert "IPPO/peer" in capsys.readouterr().out
+
+
+def test_throughput_as_written_alternates_fresh_processes_and_reports_each_variant(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    throughput = load_benchmark("throughput")
+    calls = []
+    monkeypatch.setattr(throughput, "run_snippet", lambda t, one_thread, out, checkout=None: calls.append(out.name) or (
+        100.0 if one_thread else 90.0))
+    monkeypatch.setattr(throughput, "run_cli", lambda t, folder: calls.append("cli") or 80.0)
+    medians = throughput.main(["--as-written", "--rounds", "2", "--timesteps", "10"])
+    assert medians == {"as_written": 90.0, "one_thread": 100.0, "cli": 80.0}
+    assert calls == ["as_written.txt", "one_thread.txt", "cli", "cli", "one_thread.txt", "as_written.txt"]
+    assert "0.90x one_thread" in capsys.readouterr().out
 
 
 def test_learning_smoke(tmp_path: Path) -> None:
@@ -91,26 +113,10 @@ def test_profile_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cumtime" in capsys.readouterr().out
 
 
-def test_async_training_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--rounds", "1", "--timesteps", "800", "--n-envs", "2", "--vec-env", "dummy"]
-    results = load_benchmark("async_training").main(args)
-    medians = results["dummy"]
-    assert medians["sync"] > 0 and medians["async"] > 0
-    assert medians["ratio"] == pytest.approx(medians["async"] / medians["sync"])
-    assert medians["ratio_steady"] == pytest.approx(medians["async_steady"] / medians["sync_steady"])
-    assert "ratio async/sync" in capsys.readouterr().out
-
-
-def test_group_update_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    ratios = load_benchmark("group_update").main(["--agents", "2", "--rounds", "1", "--n-envs", "8"])
+def test_profile_group_update_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    ratios = load_benchmark("profile_ippo").main(["--group-update", "--agents", "2", "--rounds", "1", "--n-envs", "8"])
     assert set(ratios) == {2} and ratios[2] > 0
     assert "batched s" in capsys.readouterr().out
-
-
-def test_version_stamp_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    load_benchmark("version_stamp").main(["--stale-steps", "120", "--learn-steps", "0"])
-    table = capsys.readouterr().out
-    assert "episode_end" in table and "first_step" in table and "stale share" in table
 
 
 def test_games_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,43 +219,6 @@ def test_time_to_quality_throughput_smoke(tmp_path: Path, capsys: pytest.Capture
     assert "x peer" in capsys.readouterr().out
 
 
-def test_recompute_share_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    results = load_benchmark("recompute_share").main(
-        ["--rounds", "2", "--trajectories", "4", "--steps", "8", "--n-epochs", "3", "--threads", "1"]
-    )
-
-    assert set(results) == {"target_kl=None", "target_kl=0.01"}
-    assert results["target_kl=None"]["epochs"] == 3
-    for medians in results.values():
-        assert 0 < medians["recompute"] < medians["build_batch"] < medians["update"]
-        assert 0 < medians["share"] < 1
-    table = capsys.readouterr().out
-    assert "target_kl=None" in table and "target_kl=0.01" in table and "share" in table
-
-
-@pytest.mark.usefixtures("no_hang")
-def test_soak_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    # A few seconds of training on failing env copies.
-    summary = load_benchmark("soak").main(
-        ["--minutes", "0.1", "--warmup-minutes", "0.01", "--report-seconds", "0.5", "--n-envs", "2",
-         "--raise-prob", "0.01", "--exit-prob", "0.002", "--net-arch", "16", "--n-epochs", "2"]
-    )
-    assert summary["env_steps"] > 0 and summary["updates"] > 0
-    assert summary["env_restarts"] > 0, "the injected failures were survived"
-    assert summary["save_load_ok"]
-    assert summary["baseline_mb"] > 0 and summary["final_mb"] > 0
-    report = capsys.readouterr().out
-    assert "rss_MB" in report and "restarts survived" in report and "resident memory after" in report
-
-
-def test_recurrent_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--seeds", "1", "--timesteps", "200", "--eval-every", "100", "--eval-episodes", "1", "--rounds", "1"]
-    load_benchmark("recurrent").main([*args, "--speed-steps", "100", "--out", str(tmp_path)])
-    printed = capsys.readouterr().out
-    assert "ippo_lstm" in printed and "recurrent_ppo_supersuit" in printed
-    assert (tmp_path / "speed.txt").exists() and (tmp_path / "learning_seeds0-0.txt").exists()
-
-
 def test_time_to_quality_mappo_row_trains_and_acts_on_own_observations() -> None:
     ttq = load_benchmark("time_to_quality")
     learner = ttq.build("mappo", "simple_speaker_listener_v4", 0, smoke=True)
@@ -258,50 +227,6 @@ def test_time_to_quality_mappo_row_trains_and_acts_on_own_observations() -> None
     env = ttq.TASKS["simple_speaker_listener_v4"].make_env(max_cycles=25)
     obs, _ = env.reset(seed=0)
     assert all(env.action_space(agent).contains(learner.act(agent, obs[agent])) for agent in obs)
-
-
-def test_mappo_vs_ippo_reads_windows_of_recorded_runs(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    for algo, offset in (("ippo", 0.0), ("mappo", 1.0)):
-        lines = ["algo,task,seed,episode,env_steps,wall_seconds,episode_return"]
-        lines += [f"{algo},simple_spread_v3,0,{i},{25 * (i + 1)},0.1,{-i + offset}" for i in range(40)]
-        (runs / f"simple_spread_v3_{algo}_seed0.csv").write_text("\n".join(lines) + "\n")
-    argv = [str(tmp_path), "--budget", "1000", "--points", "2", "--algos", "ippo", "mappo"]
-    text = load_benchmark("mappo_vs_ippo").main(argv)
-    # (900, 1000]: the episodes ending at 925, 950, 975, 1000 (i = 36..39): mean -37.5 for IPPO, -36.5 for MAPPO.
-    assert "-37.50" in text and "-36.50" in text and "seeds: ippo 0; mappo 0" in text
-
-
-def test_pursuit_gap_cuts_every_copy_on_sb3s_rollout_cadence(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sb3_ippo.buffer import AgentEpisodeBuffer
-
-    # The script patches the buffer class in place: monkeypatch puts the original back afterwards.
-    monkeypatch.setattr(AgentEpisodeBuffer, "add", AgentEpisodeBuffer.add)
-    load_benchmark("pursuit_gap").sb3_rollout_cadence()
-    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
-    obs = np.zeros((1, 2), dtype=np.float32)
-    # An episode of 6 steps, then 2 steps of the next: SB3 cuts at steps 4 and 8 of the copy, across the episode end.
-    for step in range(1, 9):
-        ended = np.array([step == 6])
-        buffer.add(
-            np.array([True]), obs, np.array([0]), np.ones(1), np.zeros(1), np.zeros(1), ended, np.array([False]), obs, {}, 0
-        )
-
-    assert [len(t) for t in buffer.finished] == [4, 2, 2]
-    assert [t.terminated for t in buffer.finished] == [False, True, False]
-    assert buffer.finished[2].bootstrap_obs is not None
-
-
-def test_pursuit_gap_normalizes_advantages_per_minibatch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sb3_ippo.update import ppo as ppo_module
-
-    seen: list[th.Tensor] = []
-    monkeypatch.setattr(ppo_module, "_losses", lambda policy, batch, advantages, *clip: seen.append(advantages))
-    load_benchmark("pursuit_gap").per_minibatch_advantages()
-    ppo_module._losses(None, None, th.tensor([1.0, 2.0, 3.0]), 0.2, None)
-
-    np.testing.assert_allclose(seen[0].numpy(), [-1.0, 0.0, 1.0], atol=1e-6)
 
 
 def test_time_to_quality_throughput_states_the_ratio_to_the_env_layer_alone(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
+from sb3_ippo.common.buffer import AgentEpisodeBuffer, Trajectory
 from sb3_ippo.update.batch import build_batch
 from tests.helpers import GAE_LAMBDA, GAMMA, settings
 

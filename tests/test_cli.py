@@ -229,7 +229,7 @@ def test_out_that_is_a_file_is_a_usage_error(tmp_path: pathlib.Path, capsys: pyt
 
 def test_learning_curve_has_a_panel_per_agent(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("matplotlib")
-    from sb3_ippo.plotting import read_curves
+    from sb3_ippo.common.plotting import read_curves
 
     out = train(tmp_path / "run")
     assert list(read_curves(out / "progress.csv")) == ["team", "agent_0", "agent_1"]
@@ -272,7 +272,7 @@ def test_a_game_plots_the_win_rate_and_prints_no_team_return(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")
-    from sb3_ippo.plotting import read_curves
+    from sb3_ippo.common.plotting import read_curves
 
     out = tmp_path / "ttt"
     main(
@@ -309,7 +309,7 @@ def test_a_game_with_eval_freq_0_has_no_curve_and_says_why(tmp_path: pathlib.Pat
 
 
 def test_env_step_tick_labels_are_short() -> None:
-    from sb3_ippo.plotting import env_steps_label
+    from sb3_ippo.common.plotting import env_steps_label
 
     assert [env_steps_label(x) for x in (0, 500, 25_000, 200_000, 1_500_000)] == ["0", "500", "25k", "200k", "1.5M"]
 

@@ -83,7 +83,7 @@ def test_dict_observations_fold_their_normalized_entries(tmp_path: pathlib.Path)
 def test_without_folding_the_actions_would_differ(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The equality tests above can fail: the same model exported without the fold acts otherwise.
     model = trained(DyingAgentsEnv(), policy_kwargs=dict(net_arch=[16]))
-    monkeypatch.setattr("sb3_ippo.export.fold_observation_normalization", lambda policy, normalizer: None)
+    monkeypatch.setattr("sb3_ippo.common.export.fold_observation_normalization", lambda policy, normalizer: None)
     model.export_agent("agent_1", tmp_path / "agent.zip")
     observations = observation_batch(model, n=256)["agent_1"]
     expected, _ = model.predict({"agent_1": observations}, deterministic=True)

@@ -19,12 +19,12 @@ from stable_baselines3.common.callbacks import BaseCallback, StopTrainingOnRewar
 from stable_baselines3.common.utils import obs_as_tensor
 
 from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
-from sb3_ippo.buffer import Trajectory
-from sb3_ippo.games import SeatRecord, outcome
-from sb3_ippo.masking import MaskedInputMixin
+from sb3_ippo.common.buffer import Trajectory
+from sb3_ippo.games.evaluation import SeatRecord, outcome
+from sb3_ippo.games.masking import MaskedInputMixin
 from sb3_ippo.ippo.ippo import default_update_settings
 from sb3_ippo.update.batch import build_batch
-from sb3_ippo.self_play import RandomOpponent
+from sb3_ippo.games.self_play import RandomOpponent
 from tests.helpers import P1, P2, stacked_groups, tictactoe
 
 # Most tests collect a few moves on purpose, without an update; the old-API deprecation is PettingZoo's (module imports).

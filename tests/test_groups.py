@@ -16,11 +16,11 @@ from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActor
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.buffer import Trajectory
-from sb3_ippo.normalization import ReturnNormalizer
+from sb3_ippo.common.buffer import Trajectory
+from sb3_ippo.common.normalization import ReturnNormalizer
 from sb3_ippo.update.batch import build_batch
 from sb3_ippo.update.ppo import ppo_update
-from sb3_ippo.preprocessing import policy_observation_space
+from sb3_ippo.common.preprocessing import policy_observation_space
 from sb3_ippo.update.stacked import StackedPolicies
 from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
 from sb3_ippo.update.settings import UpdateSettings

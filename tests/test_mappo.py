@@ -13,7 +13,7 @@ from mpe2 import simple_spread_v3
 from stable_baselines3 import PPO
 
 from sb3_ippo import MAPPO, evaluate_policy, make_vec_env
-from sb3_ippo.critic_input import CriticInput, CriticInputWrapper
+from sb3_ippo.common.critic_input import CriticInput, CriticInputWrapper
 from sb3_ippo.vec_env import MultiAgentVecEnv
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.helpers import assert_same_actions, record_trajectories, stacked_groups

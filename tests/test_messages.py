@@ -19,7 +19,7 @@ from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.hyperparameters import RULES
+from sb3_ippo.hyperparams.validation import RULES
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv
 from tests.helpers import make_model, record_logs
 

@@ -18,8 +18,8 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
-from sb3_ippo.buffer import Trajectory, stack_obs
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.common.buffer import Trajectory, stack_obs
+from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalizer
 from sb3_ippo.update.batch import build_batch, compute_gae
 from sb3_ippo.update.ppo import ppo_update
 from tests.helpers import GAE_LAMBDA, GAMMA, sampled_trajectories, settings

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 from pettingzoo import ParallelEnv
 
-from sb3_ippo.buffer import AgentEpisodeBuffer, Trajectory
+from sb3_ippo.common.buffer import AgentEpisodeBuffer, Trajectory
 from sb3_ippo.vec_env import DummyMultiAgentVecEnv
 
 # Small numbers of examples keep the default suite fast; `--hypothesis-profile=thorough` digs deeper.

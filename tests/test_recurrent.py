@@ -16,7 +16,7 @@ from sb3_ippo import IPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from sb3_ippo.update.recurrent import RecurrentGroupRunner, SequenceBatch, build_sequence_batch, sequence_minibatches
 from sb3_ippo.update.runners import GroupRunner
 from tests.envs import CueMemoryEnv, DyingAgentsEnv
-from sb3_ippo.buffer import Trajectory
+from sb3_ippo.common.buffer import Trajectory
 from tests.helpers import assert_same_parameters, parameters, settings
 
 LSTM_KWARGS: dict[str, Any] = dict(net_arch=[16], lstm_hidden_size=8)

@@ -19,7 +19,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from sb3_ippo import IPPO, make_vec_env
 from sb3_ippo.update.batch import build_batch
 from sb3_ippo.update.ppo import ppo_update
-from sb3_ippo.self_play import RandomOpponent
+from sb3_ippo.games.self_play import RandomOpponent
 from sb3_ippo.update.stacked import StackedPolicies
 from sb3_ippo.update.stacked_update import stacked_build_batch, stacked_ppo_update
 from tests.envs import DyingAgentsEnv

@@ -20,10 +20,10 @@ from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from sb3_ippo.cli.settings import CHECKPOINT_FOLDER, DEFAULT_ENV, DEFAULT_ENV_KWARGS, MODEL_FILE, RUN_FILE
 from sb3_ippo.cli.values import env_error, installed
-from sb3_ippo.env_factory import EnvFactory
-from sb3_ippo.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
+from sb3_ippo.common.env_factory import EnvFactory
+from sb3_ippo.common.evaluation import AgentEvaluation, evaluate_agents, evaluate_policy
 from sb3_ippo.hyperparams.text import parse_wrapper
-from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
+from sb3_ippo.games.turn_based import is_turn_based_vec_env
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.serialization import ModelFileError, check_zip_file
 from sb3_ippo.vec_env import make_vec_env

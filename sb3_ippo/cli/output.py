@@ -11,11 +11,11 @@ from typing import Any
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger, SeqWriter, TensorBoardOutputFormat
 
 from sb3_ippo.cli.settings import TrainSettings
-from sb3_ippo.logs import ThrottledHumanOutputFormat, is_due
+from sb3_ippo.common.logs import ThrottledHumanOutputFormat, is_due
 
 
 class SummaryLineOutputFormat(KVWriter, SeqWriter):
-    """One line per :func:`sb3_ippo.logs.is_due` dump: env steps against the budget, the team return (for a game,
+    """One line per :func:`sb3_ippo.common.logs.is_due` dump: env steps against the budget, the team return (for a game,
     whose team return is 0 whoever wins, the last win rate against a random player instead, when ``--eval-freq``
     measured one), the episode length, the policy version, the approximate KL and the speed. Messages of
     ``logger.log`` are printed as they come. Each value is the latest logged: an evaluation's dump (``--eval-freq``)

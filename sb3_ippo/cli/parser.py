@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-import sb3_ippo
 
 from sb3_ippo.cli.settings import (
     ALGORITHMS,
@@ -30,6 +29,7 @@ from sb3_ippo.cli.values import device, env_kwarg, non_negative_int, positive_in
 from sb3_ippo.hyperparams.files import NOT_HYPERPARAMETERS
 from sb3_ippo.hyperparams.text import hyperparameter_type
 from sb3_ippo.ippo import IPPO
+from sb3_ippo.version import __version__
 
 
 def _hyperparameter_help() -> dict[str, str]:
@@ -134,7 +134,7 @@ def build_parser() -> Parsers:
         allow_abbrev=False,
         description="Independent PPO (IPPO) for PettingZoo multi-agent envs, as a Stable-Baselines3 algorithm.",
     )
-    main.add_argument("--version", action="version", version=f"sb3_ippo {sb3_ippo.__version__}")
+    main.add_argument("--version", action="version", version=f"sb3_ippo {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="{train,evaluate}")
 
     train = commands.add_parser(

@@ -10,10 +10,10 @@ import pathlib
 import shlex
 from typing import Any
 
-import sb3_ippo
 from sb3_ippo.cli.values import jsonable, to_text
-from sb3_ippo.env_factory import WrapperSpec
+from sb3_ippo.common.env_factory import WrapperSpec
 from sb3_ippo.hyperparams.files import TUNED_FILE, hyperparameter_defaults, hyperparameter_types, read_hyperparams_file
+from sb3_ippo.version import __version__
 
 DEFAULT_ENV = "mpe2.simple_spread_v3"
 DEFAULT_ENV_KWARGS: dict[str, Any] = {"N": 3, "max_cycles": 25}
@@ -112,7 +112,7 @@ class TrainSettings:
     def to_json(self) -> dict[str, Any]:
         argv = self.argv()
         return {
-            "sb3_ippo_version": sb3_ippo.__version__,
+            "sb3_ippo_version": __version__,
             "out": self.out,
             "command": shlex.join(["python", "-m", "sb3_ippo", *argv]),
             "argv": argv,

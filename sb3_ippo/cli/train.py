@@ -30,12 +30,12 @@ from sb3_ippo.cli.settings import (
     resolve_train_settings,
 )
 from sb3_ippo.cli.values import env_error, installed
-from sb3_ippo.env_factory import EnvFactory
-from sb3_ippo.evaluation import evaluate_agents
-from sb3_ippo.hyperparameters import check_hyperparameters
+from sb3_ippo.common.env_factory import EnvFactory
+from sb3_ippo.common.evaluation import evaluate_agents
+from sb3_ippo.hyperparams.validation import check_hyperparameters
 from sb3_ippo.hyperparams.text import schedule
 from sb3_ippo.ippo import IPPO
-from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
+from sb3_ippo.games.turn_based import is_turn_based_vec_env
 from sb3_ippo.vec_env import make_vec_env
 
 
@@ -111,7 +111,7 @@ def _callbacks(settings: TrainSettings, env_factory: EnvFactory) -> tuple[list[A
     envs to close after training."""
     from stable_baselines3.common.callbacks import CheckpointCallback
 
-    from sb3_ippo.evaluation import MultiAgentEvalCallback
+    from sb3_ippo.common.evaluation import MultiAgentEvalCallback
 
     out = pathlib.Path(settings.out)
     callbacks: list[Any] = []
@@ -223,7 +223,7 @@ def _save_model(model: IPPO, settings: TrainSettings) -> pathlib.Path:
 
 def _plot(out: pathlib.Path, title: str, game: bool) -> pathlib.Path | None:
     """Write the learning curve (whole) and return its path; None, saying why, if there is none."""
-    from sb3_ippo.plotting import plot_learning_curve
+    from sb3_ippo.common.plotting import plot_learning_curve
 
     png = out / "learning_curve.png"
     try:

@@ -8,7 +8,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sb3_ippo.env_factory import WrapperSpec
+from sb3_ippo.common.env_factory import WrapperSpec
 from sb3_ippo.hyperparams.text import integer, literal, parse_wrapper
 
 

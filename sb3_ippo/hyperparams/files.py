@@ -14,8 +14,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sb3_ippo.env_factory import WrapperSpec
-from sb3_ippo.hyperparameters import check_hyperparameter
+from sb3_ippo.common.env_factory import WrapperSpec
+from sb3_ippo.hyperparams.validation import check_hyperparameter
 from sb3_ippo.hyperparams.text import hyperparameter_type, parse_wrapper, schedule
 from sb3_ippo.ippo import IPPO
 

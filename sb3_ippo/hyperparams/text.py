@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sb3_ippo.env_factory import WrapperSpec
-from sb3_ippo.hyperparameters import check_hyperparameter
+from sb3_ippo.common.env_factory import WrapperSpec
+from sb3_ippo.hyperparams.validation import check_hyperparameter
 
 _SCHEDULE = re.compile(r"lin_(.+)")
 _TORCH_NN = re.compile(r"(?:(?:th|torch)\.)?nn\.(\w+)")

@@ -15,18 +15,18 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import FloatSchedule
 from torch import nn
 
-from sb3_ippo.buffer import VersionStamp
-from sb3_ippo.groups import AgentGroup, make_groups
-from sb3_ippo.hyperparameters import RULES as HYPERPARAMETER_RULES
-from sb3_ippo.hyperparameters import check_hyperparameters
+from sb3_ippo.common.buffer import VersionStamp
+from sb3_ippo.common.groups import AgentGroup, make_groups
+from sb3_ippo.hyperparams.validation import RULES as HYPERPARAMETER_RULES
+from sb3_ippo.hyperparams.validation import check_hyperparameters
 from sb3_ippo.ippo.networks import group_policy_class, make_group_policies, module_keys
 from sb3_ippo.ippo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
-from sb3_ippo.logs import log_names
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
-from sb3_ippo.recurrent import RECURRENT_POLICY_ALIASES
-from sb3_ippo.self_play import SnapshotOpponent, make_frozen_seats
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.logs import log_names
+from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.common.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
+from sb3_ippo.update.recurrent import RECURRENT_POLICY_ALIASES
+from sb3_ippo.games.self_play import SnapshotOpponent, make_frozen_seats
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.update.recurrent import make_group_runner
 from sb3_ippo.update.runners import policy_input
 from sb3_ippo.update.settings import UPDATE_SETTINGS, KLStop, UpdateSettings
@@ -55,12 +55,12 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     :param policy: The policy class of every agent: "MlpPolicy", "CnnPolicy", "MultiInputPolicy" or an
         ``ActorCriticPolicy`` subclass. An agent whose observation is a Dict with an ``action_mask`` gets sb3-contrib's
-        maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.masking``.
+        maskable counterpart (or give a ``MaskableActorCriticPolicy`` subclass): see ``sb3_ippo.games.masking``.
         Recurrent policies: sb3-contrib's "MlpLstmPolicy", "CnnLstmPolicy", "MultiInputLstmPolicy" or any
         ``RecurrentActorCriticPolicy`` subclass give each agent an LSTM whose state is carried through its episode and
         that is trained on whole trajectories (``sb3_ippo.update.recurrent``, ``docs/usage.md``).
     :param env: A PettingZoo ``ParallelEnv``, an ``AECEnv`` (run in parallel where PettingZoo can, else stepped turn
-        by turn: the classic games, ``sb3_ippo.vec_env.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
+        by turn: the classic games, ``sb3_ippo.games.turn_based``), or ``sb3_ippo.make_vec_env(...)``. None only when
         loading a model for prediction.
     :param learning_rate: The learning rate of every agent's Adam optimizer; a constant or a schedule of the
         remaining progress (from 1 to 0).

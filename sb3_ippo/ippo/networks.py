@@ -12,11 +12,11 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
-from sb3_ippo.checks import check_policy_fits
-from sb3_ippo.groups import AgentGroup
-from sb3_ippo.masking import policy_for_agent
-from sb3_ippo.preprocessing import policy_observation_space
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.checks import check_policy_fits
+from sb3_ippo.common.groups import AgentGroup
+from sb3_ippo.games.masking import policy_for_agent
+from sb3_ippo.common.preprocessing import policy_observation_space
+from sb3_ippo.common.type_aliases import AgentID
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 import torch as th
 from stable_baselines3 import PPO
 
-from sb3_ippo.critic_input import OBS_KEY
-from sb3_ippo.export import check_agent_id, exported_algorithm, fold_observation_normalization, group_policy_kwargs
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.critic_input import OBS_KEY
+from sb3_ippo.common.export import check_agent_id, exported_algorithm, fold_observation_normalization, group_policy_kwargs
+from sb3_ippo.common.type_aliases import AgentID
 
 if TYPE_CHECKING:
-    from sb3_ippo.mappo.mappo import MAPPO
+    from sb3_ippo.common.base_class import MultiAgentBaseAlgorithm
 
 
-def export_actor(model: MAPPO, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
+def export_actor(model: MultiAgentBaseAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """See ``MAPPO.export_agent``."""
     check_agent_id(model, agent_id)
     policy = model.policies[agent_id]

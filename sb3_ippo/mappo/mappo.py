@@ -13,8 +13,8 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from sb3_ippo.checks import check_env_matches
-from sb3_ippo.critic_input import (
+from sb3_ippo.common.checks import check_env_matches
+from sb3_ippo.common.critic_input import (
     CRITIC_KEY,
     OBS_KEY,
     CriticInput,
@@ -25,10 +25,10 @@ from sb3_ippo.critic_input import (
 from sb3_ippo.ippo import IPPO
 from sb3_ippo.mappo.export import export_actor
 from sb3_ippo.mappo.policies import CentralCriticPolicy
-from sb3_ippo.recurrent import PredictState
-from sb3_ippo.types import AgentID
+from sb3_ippo.update.recurrent import PredictState
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.vec_env import MultiAgentVecEnv, as_multiagent_vec_env, to_parallel_env
-from sb3_ippo.vec_env.turn_based import needs_turns
+from sb3_ippo.games.turn_based import needs_turns
 
 SelfMAPPO = TypeVar("SelfMAPPO", bound="MAPPO")
 
@@ -67,7 +67,7 @@ class MAPPO(IPPO):
 
     Every agent (or group sharing parameters) keeps its own actor, which sees only the agent's own observation; its
     critic sees a centralized input instead: the env's global state, or every agent's observation
-    (:mod:`sb3_ippo.critic_input`). The env copies compute that input at every step, so it is stored with each
+    (:mod:`sb3_ippo.common.critic_input`). The env copies compute that input at every step, so it is stored with each
     agent's transitions, its values are recomputed at update time (fresh-value GAE), a truncated trajectory bootstraps
     from V(critic input at its last step), and ``normalize_obs`` normalizes it too. Groups, ``batched``, the learner
     process, version stamps, save/load (zip and safetensors) and callbacks work as for IPPO.
@@ -116,7 +116,7 @@ class MAPPO(IPPO):
 
     @property
     def critic_input_spec(self) -> CriticInput:
-        """The critic input, as :class:`sb3_ippo.critic_input.CriticInput`."""
+        """The critic input, as :class:`sb3_ippo.common.critic_input.CriticInput`."""
         return CriticInput(self.critic_input, self.critic_own_obs, self.critic_agent_id)
 
     def set_env(self, env: Any, force_reset: bool = True) -> None:

@@ -1,5 +1,5 @@
 """MAPPO's policy: SB3's actor-critic, whose actor reads only the agent's own observation and whose critic reads only
-the centralized input (:mod:`sb3_ippo.critic_input`).
+the centralized input (:mod:`sb3_ippo.common.critic_input`).
 
 The observation of a MAPPO policy is ``{"obs": own observation, "critic": critic input}``. The features extractor lays
 both end to end, flattened, own observation first; the MLP extractor then gives the actor's network the first part and
@@ -18,7 +18,8 @@ from stable_baselines3.common.preprocessing import get_flattened_obs_dim
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
-from sb3_ippo.critic_input import CRITIC_KEY, OBS_KEY, has_critic_input
+from sb3_ippo.common.critic_input import CRITIC_KEY, OBS_KEY, has_critic_input
+from sb3_ippo.serialization.encoding import allow_class
 
 
 class CriticInputExtractor(BaseFeaturesExtractor):
@@ -27,7 +28,7 @@ class CriticInputExtractor(BaseFeaturesExtractor):
     def __init__(self, observation_space: spaces.Dict) -> None:
         if not has_critic_input(observation_space):
             raise ValueError(
-                f"CriticInputExtractor takes the observations of sb3_ippo.critic_input.CriticInputWrapper "
+                f"CriticInputExtractor takes the observations of sb3_ippo.common.critic_input.CriticInputWrapper "
                 f"({{{OBS_KEY!r}: ..., {CRITIC_KEY!r}: ...}}), got {observation_space}"
             )
         self.actor_dim = get_flattened_obs_dim(observation_space[OBS_KEY])
@@ -100,3 +101,7 @@ class CentralCriticPolicy(MultiInputActorCriticPolicy):
 
 
 MlpPolicy = CentralCriticPolicy
+
+# Safe model files (safetensors, zips loaded with trusted=False) may name these classes.
+allow_class(CentralCriticPolicy)
+allow_class(CriticInputExtractor)

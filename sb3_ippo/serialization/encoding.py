@@ -20,9 +20,8 @@ from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtr
 from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
 from torch import nn
 
-from sb3_ippo.mappo.policies import CentralCriticPolicy, CriticInputExtractor
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.recurrent import RECURRENT_POLICY_ALIASES
+from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.update.recurrent import RECURRENT_POLICY_ALIASES
 from sb3_ippo.serialization.errors import _DAMAGE_ERRORS, ModelFileError, NotSerializableError, UntrustedContentError
 from sb3_ippo.serialization.sizes import check_declared_sizes
 from sb3_ippo.update.ppo import UpdateStats
@@ -57,9 +56,6 @@ _OTHER_ALLOWED_CLASSES: list[type] = [
     th.optim.SGD,
     th.optim.RMSprop,
     RMSpropTFLike,
-    # MAPPO's policy and its features extractor
-    CentralCriticPolicy,
-    CriticInputExtractor,
 ]
 ALLOWED_CLASSES: dict[str, type] = {
     **POLICY_CLASSES,
@@ -68,6 +64,14 @@ ALLOWED_CLASSES: dict[str, type] = {
 _CLASS_NAMES: dict[type, str] = {}
 for _name, _cls in ALLOWED_CLASSES.items():
     _CLASS_NAMES.setdefault(_cls, _name)
+
+
+def allow_class(cls: type) -> None:
+    """Add ``cls`` to :data:`ALLOWED_CLASSES`, by its class path: the module of an algorithm's own policy classes
+    calls it (MAPPO's ``CentralCriticPolicy``), so that this package imports nothing of the algorithms."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    ALLOWED_CLASSES[name] = cls
+    _CLASS_NAMES.setdefault(cls, name)
 
 # Objects stored as their attribute dict and restored with `cls.__new__` plus that dict (no constructor runs).
 STATE_CLASSES: dict[str, type] = {

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 import torch as th
 from gymnasium import spaces
 
-from sb3_ippo.checks import check_env_matches
+from sb3_ippo.common.checks import check_env_matches
 from sb3_ippo.serialization.encoding import _is_class_attribute
 from sb3_ippo.serialization.errors import _REBUILD_ERRORS, ModelFileError, _file_errors
 from sb3_ippo.serialization.files import PathOrFile, load_safetensors, load_zip_trusted, load_zip_untrusted, safetensors_file
+from sb3_ippo.version import __version__
 
 if TYPE_CHECKING:
     from stable_baselines3.common.base_class import BaseAlgorithm
@@ -82,8 +83,6 @@ def restore_attributes(model: BaseAlgorithm, data: Mapping[str, Any], source: An
 
 
 def _package_version() -> str:
-    from sb3_ippo import __version__  # here: the package imports this module
-
     return __version__
 
 

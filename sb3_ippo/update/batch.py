@@ -17,9 +17,9 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor
 
-from sb3_ippo.buffer import Trajectory, concat_obs, stack_obs
-from sb3_ippo.normalization import ReturnNormalizer
-from sb3_ippo.types import ObsArray
+from sb3_ippo.common.buffer import Trajectory, concat_obs, stack_obs
+from sb3_ippo.common.normalization import ReturnNormalizer
+from sb3_ippo.common.type_aliases import ObsArray
 from sb3_ippo.update.settings import UpdateSettings
 
 TensorObs = th.Tensor | dict[str, th.Tensor]

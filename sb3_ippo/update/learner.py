@@ -147,7 +147,7 @@ class LearnerProcess:
     from importable modules.
 
     :param trainer: Pickled and sent once; the child trains its copy from then on.
-    :param threads: The child's torch thread count (``learn``'s: ``sb3_ippo.threads``).
+    :param threads: The child's torch thread count (``learn``'s: ``sb3_ippo.common.threads``).
     :raises TypeError: if the trainer cannot be pickled (e.g. a policy holding a lambda), naming what to change.
     :raises RuntimeError: if the trainer holds a class defined in an interactive session (a notebook), which no other
         process can import, or in a script without ``if __name__ == "__main__":``, which the learner cannot import

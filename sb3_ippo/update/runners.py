@@ -29,12 +29,12 @@ from stable_baselines3.common.distributions import StateDependentNoiseDistributi
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
-from sb3_ippo.buffer import Trajectory
-from sb3_ippo.groups import AgentGroup, same_spaces
-from sb3_ippo.masking import MaskedInputMixin
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.preprocessing import to_policy_observation
-from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.common.buffer import Trajectory
+from sb3_ippo.common.groups import AgentGroup, same_spaces
+from sb3_ippo.games.masking import MaskedInputMixin
+from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.common.preprocessing import to_policy_observation
+from sb3_ippo.common.type_aliases import AgentID, ObsArray
 from sb3_ippo.update.batch import TensorObs, build_batch
 from sb3_ippo.update.ppo import UpdateStats, ppo_update
 from sb3_ippo.update.settings import UpdateSettings

@@ -162,7 +162,7 @@ UPDATE_SETTINGS: tuple[str, ...] = tuple(setting.name for setting in dataclasses
 SCHEDULED_SETTINGS: tuple[str, ...] = tuple(
     setting.name for setting in dataclasses.fields(UpdateSettings) if setting.metadata["scheduled"]
 )
-# name -> (check, what is expected): the update settings' part of ``sb3_ippo.hyperparameters.RULES``.
+# name -> (check, what is expected): the update settings' part of ``sb3_ippo.hyperparams.validation.RULES``.
 UPDATE_SETTING_RULES: dict[str, tuple[Check, str]] = {
     setting.name: (setting.metadata["check"], setting.metadata["expected"]) for setting in dataclasses.fields(UpdateSettings)
 }

@@ -19,9 +19,9 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import explained_variance
 
-from sb3_ippo.buffer import Trajectory
-from sb3_ippo.normalization import ReturnNormalizer
-from sb3_ippo.types import ObsArray
+from sb3_ippo.common.buffer import Trajectory
+from sb3_ippo.common.normalization import ReturnNormalizer
+from sb3_ippo.common.type_aliases import ObsArray
 from sb3_ippo.update.batch import AgentBatch, DrainedBatch, TensorObs, drain_to_tensors, finish_batch
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.settings import UpdateSettings

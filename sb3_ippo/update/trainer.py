@@ -18,9 +18,9 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_ippo.buffer import Trajectory
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.buffer import Trajectory
+from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalizer
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.runners import GroupRunner
 from sb3_ippo.update.settings import UpdateSettings

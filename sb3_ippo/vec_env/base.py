@@ -17,7 +17,7 @@ from gymnasium import spaces
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
-from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.common.type_aliases import AgentID, ObsArray
 from sb3_ippo.vec_env.copies import CopyFailure, CopyStep, Rebuilt, Resolved, lost_episode
 
 
@@ -108,7 +108,7 @@ class MultiAgentVecEnv(VecEnv):
     possible_agents: list[AgentID]
     observation_spaces: dict[AgentID, spaces.Space]
     action_spaces: dict[AgentID, spaces.Space]
-    # MAPPO's critic input that every copy adds to its observations (sb3_ippo.critic_input.CriticInput), or None.
+    # MAPPO's critic input that every copy adds to its observations (sb3_ippo.common.critic_input.CriticInput), or None.
     critic_input: Any = None
 
     def __init__(

@@ -8,15 +8,14 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import aec_to_parallel
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
-if TYPE_CHECKING:
-    from sb3_ippo.vec_env.base import AgentID
+from sb3_ippo.common.type_aliases import AgentID
 
 
 def is_parallel_env(env: Any) -> bool:
@@ -45,7 +44,7 @@ def to_parallel_env(env: Any) -> ParallelEnv:
             raise ValueError(
                 f"The AEC environment {name} is turn-based (its metadata does not set is_parallelizable), so it "
                 "cannot be converted to a parallel environment. make_vec_env(env_fn) and IPPO(policy, env) step such envs "
-                "turn by turn (sb3_ippo.vec_env.turn_based)."
+                "turn by turn (sb3_ippo.games.turn_based)."
             )
         return aec_to_parallel(env)
     if isinstance(env, str):

@@ -15,7 +15,7 @@ from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, MultiAgentVecEnv, check_
 from sb3_ippo.vec_env.copies import is_parallel_env, to_parallel_env
 from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv
 from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
-from sb3_ippo.vec_env.turn_based import TurnBasedMultiAgentVecEnv, make_turn_based_vec_env, needs_turns
+from sb3_ippo.games.turn_based import TurnBasedMultiAgentVecEnv, make_turn_based_vec_env, needs_turns
 
 
 def make_vec_env(
@@ -34,7 +34,7 @@ def make_vec_env(
 
     :param env_fn: A factory of PettingZoo envs, e.g. ``simple_spread_v3.parallel_env``. An AEC env is
         converted to a parallel one where PettingZoo allows it; otherwise (the classic games) its copies are stepped
-        turn by turn (:mod:`sb3_ippo.vec_env.turn_based`).
+        turn by turn (:mod:`sb3_ippo.games.turn_based`).
     :param n_envs: Number of copies.
     :param seed: Copy ``i`` is seeded with ``seed + i`` at its first reset (None: unseeded).
     :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes, ``"ray"`` in
@@ -51,9 +51,9 @@ def make_vec_env(
         ``min(n_envs, CPUs of the Ray cluster)``). Each holds a contiguous slice of the copies.
     :param ray_address: ``"ray"``: the cluster to join if Ray is not initialized yet (None: start a local one;
         ``"auto"``: the one ``ray start --head`` started on this machine).
-    :param critic_input: For MAPPO: ``"state"``, ``"joint_obs"`` or a ``sb3_ippo.critic_input.CriticInput``; every
+    :param critic_input: For MAPPO: ``"state"``, ``"joint_obs"`` or a ``sb3_ippo.common.critic_input.CriticInput``; every
         copy then gives each agent ``{"obs": own observation, "critic": the critic's input}``
-        (:class:`sb3_ippo.critic_input.CriticInputWrapper`). None: the env's observations.
+        (:class:`sb3_ippo.common.critic_input.CriticInputWrapper`). None: the env's observations.
     """
     if not callable(env_fn):
         made = is_parallel_env(env_fn) or isinstance(env_fn, AECEnv)
@@ -69,7 +69,7 @@ def make_vec_env(
 
     spec = None
     if critic_input is not None:
-        from sb3_ippo.critic_input import as_critic_input  # MAPPO's concern, imported only when asked for
+        from sb3_ippo.common.critic_input import as_critic_input  # MAPPO's concern, imported only when asked for
 
         spec = as_critic_input(critic_input)
 
@@ -77,7 +77,7 @@ def make_vec_env(
         env = env_fn(**kwargs)
         if spec is None:
             return env
-        from sb3_ippo.critic_input import CriticInputWrapper
+        from sb3_ippo.common.critic_input import CriticInputWrapper
 
         if needs_turns(env):
             raise ValueError("critic_input (MAPPO) is not supported for turn-based games (AEC envs stepped turn by turn)")

@@ -15,7 +15,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.update.settings import UPDATE_SETTINGS
 
 # The settings ``group_kwargs`` may give a group: every update setting (``UpdateSettings``' fields), and its policy.

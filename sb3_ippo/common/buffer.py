@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sb3_ippo.types import ObsArray
+from sb3_ippo.common.type_aliases import ObsArray
 
 VersionStamp = Literal["episode_end", "first_step"]
 VERSION_STAMPS: tuple[VersionStamp, ...] = ("episode_end", "first_step")
@@ -40,7 +40,7 @@ class Trajectory:
     :param truncated: True if the episode was truncated (a time limit: the env's, or ``max_episode_steps``); False
         if it is still going on and ``rollout_len`` cut this chunk of it, or if it terminated. Only a truncated
         trajectory may bootstrap 0 instead (IPPO's ``time_limit_bootstrap=False``); a cut one always bootstraps.
-    :param initial_state: A recurrent policy's hidden state before the first step (``sb3_ippo.recurrent``): zeros at
+    :param initial_state: A recurrent policy's hidden state before the first step (``sb3_ippo.update.recurrent``): zeros at
         the agent's episode start, the state collection carried over for a chunk that ``rollout_len`` cut. None for
         feed-forward policies.
     """

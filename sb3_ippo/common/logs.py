@@ -13,12 +13,12 @@ import numpy as np
 from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import safe_mean
 
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.update.trainer import UpdateJob
-from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
+from sb3_ippo.games.turn_based import is_turn_based_vec_env
 
 if TYPE_CHECKING:
-    from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
+    from sb3_ippo.common.base_class import MultiAgentBaseAlgorithm
 
 # SB3's stdout logger truncates keys to 36 characters: per-agent keys are built to fit.
 MAX_LOG_KEY_LENGTH = 36
@@ -87,7 +87,7 @@ def per_agent_exclude(verbose: int) -> tuple[str, ...] | None:
     return None if verbose >= 2 else ("stdout", "log")
 
 
-def record_update(model: MultiAgentOnPolicyAlgorithm, job: UpdateJob) -> None:
+def record_update(model: MultiAgentBaseAlgorithm, job: UpdateJob) -> None:
     """Record the last update's statistics (``model.update_stats``): the team's means, each agent's, each group's,
     and the model's counters."""
     exclude = per_agent_exclude(model.verbose)
@@ -131,14 +131,14 @@ def record_update(model: MultiAgentOnPolicyAlgorithm, job: UpdateJob) -> None:
         model.logger.record("rollout/rejected_episodes", model.rejected_episodes)
 
 
-def steps_and_seconds(model: MultiAgentOnPolicyAlgorithm) -> tuple[int, float]:
+def steps_and_seconds(model: MultiAgentBaseAlgorithm) -> tuple[int, float]:
     """The env steps and wall-clock seconds of the current ``learn`` so far."""
     return model.num_timesteps - model._num_timesteps_at_start, max(
         (time.time_ns() - model.start_time) / 1e9, sys.float_info.epsilon
     )
 
 
-def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
+def dump_logs(model: MultiAgentBaseAlgorithm, iteration: int = 0) -> None:
     """Write the rollout and time statistics, with the last update's, to the logger (SB3's on-policy layout)."""
     assert model.ep_info_buffer is not None
     steps, time_elapsed = steps_and_seconds(model)
@@ -161,7 +161,7 @@ def dump_logs(model: MultiAgentOnPolicyAlgorithm, iteration: int = 0) -> None:
     model.logger.dump(step=model.num_timesteps)
 
 
-def learned_summary(model: MultiAgentOnPolicyAlgorithm) -> str:
+def learned_summary(model: MultiAgentBaseAlgorithm) -> str:
     """One line on what a ``learn`` achieved: env steps, time, speed, updates and the latest team return."""
     assert model.ep_info_buffer is not None
     steps, seconds = steps_and_seconds(model)

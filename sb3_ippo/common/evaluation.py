@@ -3,9 +3,9 @@
 ``MultiAgentVecEnv`` follows SB3's ``VecEnv`` step contract (per-copy team rewards, dones and infos, with
 Monitor-style episode statistics), so SB3's own evaluation loop runs on it unchanged; these wrappers only turn a
 PettingZoo env into that vectorized env first. SB3's ``VecEnvWrapper``s around it (``VecVideoRecorder``) are kept.
-A model with recurrent agents acts in that loop as in collection (:class:`sb3_ippo.acting.CarryingModel`): each
+A model with recurrent agents acts in that loop as in collection (:class:`sb3_ippo.common.acting.CarryingModel`): each
 agent's state from its own first step in a copy, zeroed at the copy's episode end.
-With an ``opponent``, games are scored instead by the win, draw and loss rates of each seat (:mod:`sb3_ippo.games`).
+With an ``opponent``, games are scored instead by the win, draw and loss rates of each seat (:mod:`sb3_ippo.games.evaluation`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from stable_baselines3.common import evaluation
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from sb3_ippo.acting import acting_model
-from sb3_ippo.games import SeatRecord, evaluate_game
+from sb3_ippo.common.acting import acting_model
+from sb3_ippo.games.evaluation import SeatRecord, evaluate_game
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, as_multiagent_vec_env
 
 
@@ -61,7 +61,7 @@ def evaluate_policy(
     :param return_episode_rewards: Return the per-episode team returns and lengths instead of mean and std.
     :param opponent: For games: ``"random"`` (uniform among legal moves), a model or policy with ``predict``, or a
         function of the batched observations. Each seat is then played by the model for ``n_eval_episodes`` games,
-        the other seats by the opponent (see :func:`sb3_ippo.games.evaluate_game`).
+        the other seats by the opponent (see :func:`sb3_ippo.games.evaluation.evaluate_game`).
     :return: ``(mean, std)`` of the team return, or ``(team returns, lengths)`` per episode; with an ``opponent``,
         ``{seat: SeatRecord}`` (``win_rate``, ``draw_rate``, ``loss_rate``, ``non_loss_rate``, ``n_games``).
     """
@@ -143,7 +143,7 @@ class MultiAgentEvalCallback(EvalCallback):
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
             return True
         if self.opponent is None:
-            # SB3's evaluation, with a model that acts as collection does (sb3_ippo.acting); it saves, logs and calls
+            # SB3's evaluation, with a model that acts as collection does (sb3_ippo.common.acting); it saves, logs and calls
             # back with the model itself, whose attributes the acting model reads through.
             model, self.model = self.model, acting_model(self.model, self.eval_env)
             try:

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import BasePolicy, MultiInputActorCriticPolicy
 
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.vec_env import MultiAgentVecEnv
 
 # The spaces SB3's policies take, as actions, and as observations (also inside a Dict).

@@ -4,7 +4,7 @@
 for each seat, the model plays that seat and the opponent every other seat, for ``n_eval_episodes`` games. A game
 is won when the seat's return is greater than every other seat's, drawn when it ties the best, lost otherwise
 (the classic games pay +1 / -1 / 0). The model and a recurrent opponent remember as in collection: each seat's state
-carried in each env copy from its first move of the game (:mod:`sb3_ippo.acting`).
+carried in each env copy from its first move of the game (:mod:`sb3_ippo.common.acting`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from sb3_ippo.acting import CarriedStates, predict_agent
-from sb3_ippo.self_play import FrozenSeats, make_opponent
+from sb3_ippo.common.acting import CarriedStates, predict_agent
+from sb3_ippo.games.self_play import FrozenSeats, make_opponent
 from sb3_ippo.vec_env import AgentID, MultiAgentVecEnv, as_multiagent_vec_env
 
 

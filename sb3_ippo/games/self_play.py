@@ -8,8 +8,8 @@ random) is played by a snapshot drawn from the pool, the usual guard against cyc
 
 Where a seat is frozen, the learner's policy does not act, and nothing is stored: frozen seats never train. Their
 moves are part of the learners' environment: the rewards they cause reach the learners' last moves
-(:mod:`sb3_ippo.vec_env.turn_based`). A recurrent opponent or snapshot remembers as a learner does: its state is carried
-per seat and env copy from the seat's first move of the episode (:class:`sb3_ippo.acting.CarriedStates`).
+(:mod:`sb3_ippo.games.turn_based`). A recurrent opponent or snapshot remembers as a learner does: its state is carried
+per seat and env copy from the seat's first move of the episode (:class:`sb3_ippo.common.acting.CarriedStates`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_ippo.acting import CarriedStates, predict_agent
-from sb3_ippo.masking import MASK_KEY, split_mask
-from sb3_ippo.preprocessing import to_env_action
-from sb3_ippo.recurrent import PredictState
-from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.common.acting import CarriedStates, predict_agent
+from sb3_ippo.games.masking import MASK_KEY, split_mask
+from sb3_ippo.common.preprocessing import to_env_action
+from sb3_ippo.update.recurrent import PredictState
+from sb3_ippo.common.type_aliases import AgentID, ObsArray
 
 RANDOM = "random"
 

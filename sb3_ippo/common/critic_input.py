@@ -30,7 +30,7 @@ from gymnasium import spaces
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 from stable_baselines3.common.preprocessing import is_image_space
 
-from sb3_ippo.types import AgentID
+from sb3_ippo.common.type_aliases import AgentID
 
 CriticInputKind = Literal["state", "joint_obs"]
 CRITIC_INPUT_KINDS: tuple[CriticInputKind, ...] = ("state", "joint_obs")

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_ippo.recurrent import PredictState, is_recurrent
-from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.update.recurrent import PredictState, is_recurrent
+from sb3_ippo.common.type_aliases import AgentID, ObsArray
 from sb3_ippo.vec_env import MultiAgentVecEnv
 
 # predict(agent, observations of some copies, their states or None) -> (actions, next states or None)

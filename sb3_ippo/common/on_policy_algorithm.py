@@ -1,6 +1,6 @@
-"""The multi-agent on-policy loop that IPPO runs, as SB3's ``OnPolicyAlgorithm`` is PPO's: the env and its agents,
-``learn`` (collect -> update -> apply, synchronously or with the learner process), collection, the per-agent buffers,
-``predict``, ``export_agent``, ``save`` and ``load``.
+"""The multi-agent on-policy loop that IPPO runs, as SB3's ``OnPolicyAlgorithm`` is PPO's: ``learn`` (collect -> update
+-> apply, synchronously or with the learner process), collection into the per-agent buffers, and ``export_agent``.
+The env, the policies, ``predict``, ``save`` and ``load`` are :mod:`sb3_ippo.common.base_class`'s.
 
 :class:`MultiAgentOnPolicyAlgorithm` leaves to its subclass what makes the algorithm: its hyperparameters and their
 documentation (``__init__``), building the policies, groups and trainer (``_setup_model``), and preparing and running
@@ -13,92 +13,39 @@ import io
 import numbers
 import pathlib
 import warnings
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback, Schedule
-from stable_baselines3.common.utils import set_random_seed as set_global_random_seed
-from torch import nn
+from stable_baselines3.common.type_aliases import MaybeCallback
 
-from sb3_ippo import serialization
-from sb3_ippo.acting import select_rows
-from sb3_ippo.buffer import AgentEpisodeBuffer, VersionStamp
-from sb3_ippo.checks import check_agent_spaces, check_env_matches, no_update_message
-from sb3_ippo.export import export_agent
-from sb3_ippo.groups import AgentGroup
-from sb3_ippo.logs import dump_logs, learned_summary, print_every, record_update, throttle_stdout
-from sb3_ippo.normalization import ObservationNormalizer, ReturnNormalizer
-from sb3_ippo.preprocessing import to_env_action
-from sb3_ippo.recurrent import PredictState, check_episode_start, check_predict_state, is_recurrent, predict_recurrent
-from sb3_ippo.self_play import FrozenSeats
-from sb3_ippo.threads import learn_threads
-from sb3_ippo.types import AgentID, ObsArray
+from sb3_ippo.common.acting import select_rows
+from sb3_ippo.common.base_class import MultiAgentBaseAlgorithm
+from sb3_ippo.common.buffer import AgentEpisodeBuffer
+from sb3_ippo.common.checks import check_env_matches, no_update_message
+from sb3_ippo.common.export import export_agent
+from sb3_ippo.common.logs import dump_logs, learned_summary, print_every, record_update, throttle_stdout
+from sb3_ippo.common.preprocessing import to_env_action
+from sb3_ippo.common.threads import learn_threads
+from sb3_ippo.common.type_aliases import AgentID, ObsArray
 from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.recurrent import RecurrentGroupRunner
-from sb3_ippo.update.runners import GroupRunner, policy_input
-from sb3_ippo.update.settings import UpdateSettings
 from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
 from sb3_ippo.vec_env import MultiAgentStep, MultiAgentVecEnv, as_multiagent_vec_env
-from sb3_ippo.vec_env.turn_based import is_turn_based_vec_env
 
 SelfOnPolicy = TypeVar("SelfOnPolicy", bound="MultiAgentOnPolicyAlgorithm")
 
 
-class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
-    """The base of multi-agent on-policy algorithms on PettingZoo envs (see the module docstring). A subclass's
-    ``__init__`` sets the attributes below (the hyperparameters and the counters) and its ``_setup_model`` builds the
-    groups, policies, runners, trainer and buffers; this class runs them."""
+class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
+    """The base of multi-agent on-policy algorithms on PettingZoo envs (see the module docstring): it runs the groups,
+    policies, runners, trainer and buffers that its subclass's ``_setup_model`` builds."""
 
-    env: MultiAgentVecEnv | None  # type: ignore[assignment]
-    # What the subclass's __init__ sets (its hyperparameters) and _setup_model builds.
-    n_steps: int | None
-    n_episodes: int | None
-    max_version_lag: int
-    version_stamp: VersionStamp
-    rollout_len: int | None
-    max_episode_steps: int | None
-    max_buffered_episodes: int | None
-    async_training: bool | Literal["auto"]
-    opponents: Mapping[AgentID, Any] | None
-    policy_version: int
-    stale_episodes_dropped: int
-    rejected_episodes: int
-    env_restarts: int
-    episodes_lost: int
-    obs_normalizers: dict[AgentID, ObservationNormalizer] | None
-    return_normalizers: dict[AgentID, ReturnNormalizer] | None
-    update_stats: dict[AgentID, UpdateStats]
-    possible_agents: list[AgentID]
-    observation_spaces: dict[AgentID, spaces.Space]
-    action_spaces: dict[AgentID, spaces.Space]
-    buffers: dict[AgentID, AgentEpisodeBuffer]
-    _agents_seen: set[AgentID]
-    _last_alive: dict[AgentID, np.ndarray] | None
     _update_in_flight: UpdateJob | None
     _learner: LearnerProcess | None
-    _policy_keys: dict[AgentID, str]
-    _log_names: dict[AgentID, str]
-    _agent_groups: dict[str, AgentGroup]
-    _group_of: dict[AgentID, str]
-    _group_log_names: dict[str, str]
-    _runners: dict[str, GroupRunner]
     _trainer: Trainer
-    _seats: FrozenSeats | None
-    _policies: nn.ModuleDict
-    _update_settings: dict[str, UpdateSettings]
-    clip_range_schedule: Schedule
-
-    def _check_hyperparameters(self) -> None:
-        """:raises ValueError: for the first hyperparameter (or combination) that is not valid."""
-        raise NotImplementedError
 
     def _prepare_update(self) -> UpdateJob:
         """Drain the batches of the next update, with its settings (``learn`` sends them to the learner process)."""
@@ -109,26 +56,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         raise NotImplementedError
 
     # ----------------------------------------------------------------------------------------------------------
-    # Environment
+    # Environment and buffers
     # ----------------------------------------------------------------------------------------------------------
-
-    def _use_env(self, env: MultiAgentVecEnv) -> None:
-        """Adopt ``env``: its agents and spaces define (or, once defined, must match) the model's."""
-        check_agent_spaces(env.observation_spaces, env.action_spaces)
-        self.env = env
-        self.n_envs = env.num_envs
-        self.possible_agents = list(env.possible_agents)
-        self.observation_spaces = dict(env.observation_spaces)
-        self.action_spaces = dict(env.action_spaces)
-        self.observation_space = spaces.Dict(self.observation_spaces)
-        self.action_space = spaces.Dict(self.action_spaces)
-        if self.max_episode_steps is not None:
-            env.max_episode_steps = self.max_episode_steps
-        if self.rollout_len is not None and is_turn_based_vec_env(env):
-            raise ValueError(
-                "rollout_len cannot cut the trajectories of a turn-based env: a move's reward arrives with the other "
-                "players' replies, after the cut. Use rollout_len=None (games end by themselves)."
-            )
 
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Use a new env (same agents and spaces). Finished trajectories waiting for an update are kept.
@@ -142,24 +71,6 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
             self._last_obs = None
         if hasattr(self, "buffers"):
             self._make_buffers()
-
-    def get_env(self) -> MultiAgentVecEnv | None:  # type: ignore[override]
-        return self.env
-
-    def set_random_seed(self, seed: int | None = None) -> None:
-        """Seed python, numpy and torch, every agent's action space, and the env copies (copy ``i``: ``seed + i``)."""
-        if seed is None:
-            return
-        set_global_random_seed(seed, using_cuda=self.device.type == th.device("cuda").type)
-        for index, agent in enumerate(self.possible_agents):
-            self.action_spaces[agent].seed(seed + index)
-        if self.env is not None:
-            self.env.seed(seed)
-
-    @property
-    def groups(self) -> Mapping[str, list[AgentID]]:
-        """Read-only mapping: group name -> its agent ids (see the ``groups`` parameter)."""
-        return MappingProxyType({name: list(group.agents) for name, group in self._agent_groups.items()})
 
     def _make_buffers(self) -> None:
         """(Re)build the per-agent buffers for ``n_envs`` copies, keeping any finished trajectories (and, for the same
@@ -182,94 +93,6 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         if self.n_steps is None and self.rollout_len is not None:
             return None, self.rollout_len * self.n_envs
         return self.n_episodes, self.n_steps
-
-    @property
-    def policies(self) -> Mapping[AgentID, ActorCriticPolicy]:
-        """Read-only mapping: agent id -> that agent's ``ActorCriticPolicy``."""
-        return MappingProxyType({agent: self._policies[self._policy_keys[agent]] for agent in self.possible_agents})  # type: ignore[misc]
-
-    @property
-    def policy(self) -> BasePolicy:  # type: ignore[override]
-        """There is no single ``policy``: SB3 code that reads it gets an ``AttributeError`` that says where to look."""
-        raise AttributeError(
-            "IPPO has one policy per agent, not one model.policy: use model.policies[agent_id] "
-            f"(agents: {getattr(self, 'possible_agents', [])}). wandb's WandbCallback(gradient_save_freq=...) reads it: "
-            "use sb3_ippo.tracking.WandbCallback, which watches every agent's networks"
-        )
-
-    def _excluded_save_params(self) -> list[str]:
-        return [
-            *super()._excluded_save_params(),
-            "_policies",
-            "buffers",
-            "_last_obs",
-            "_last_alive",
-            "_last_episode_starts",
-            "clip_range_schedule",
-            "_update_in_flight",
-            "_learner",
-            "_agent_groups",
-            "_group_of",
-            "_group_log_names",
-            "_update_settings",
-            "_runners",
-            "_trainer",
-            "_seats",
-            "opponents",
-        ]
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        optimizers = [f"_policies.{self._policy_keys[agent]}.optimizer" for agent in self.possible_agents]
-        return ["_policies", *optimizers], []
-
-    def save(
-        self,
-        path: str | pathlib.Path | io.BufferedIOBase,
-        exclude: Iterable[str] | None = None,
-        include: Iterable[str] | None = None,
-        format: str | None = None,
-    ) -> None:
-        """Write the model to one file: a zip (SB3's format) or, for a ``.safetensors`` path or
-        ``format="safetensors"``, a safetensors file that loads without running code (``docs/usage.md``).
-
-        :param format: "zip", "safetensors", or None: from the file name (".safetensors" or else zip).
-        :raises sb3_ippo.serialization.NotSerializableError: (safetensors) naming each attribute the format cannot
-            hold, such as a callable schedule, and what to do instead.
-        """
-        format, path = serialization.resolve_save_format(path, format)
-        if format == "safetensors":
-            serialization.save_safetensors(self, path, exclude, include)
-        else:
-            serialization.save_zip(self, path, exclude, include)
-
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfOnPolicy],
-        path: str | pathlib.Path | io.BufferedIOBase,
-        env: Any = None,
-        device: th.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        trusted: bool = True,
-        **kwargs: Any,
-    ) -> SelfOnPolicy:
-        """Load a model saved by :meth:`save`: every agent's weights and optimizer state, the normalization
-        statistics, ``policy_version`` and the counters.
-
-        :param env: The env to continue training on or to evaluate (same agents and spaces); None for ``predict``.
-        :param trusted: For a zip: True unpickles its pickled entries as SB3 does, which runs any code the file
-            names: only for files from a trusted source. False unpickles nothing, and refuses a zip with an entry
-            that only unpickling could restore. A safetensors file never unpickles anything, whatever this says.
-        :raises ModelFileError: (``sb3_ippo.serialization.ModelFileError``, a ValueError) if the file is damaged,
-            crafted or not an IPPO model, naming the file and what is wrong. A file read without unpickling (safetensors,
-            or ``trusted=False``) sets only the attributes the model saves, within ``serialization.MAX_SPACE_ELEMENTS``.
-        :raises sb3_ippo.serialization.UntrustedContentError: (a ModelFileError) with ``trusted=False``, naming the
-            entries that would need unpickling.
-        :raises ValueError: if ``env``'s agents or spaces differ from the model's (naming the agent).
-        """
-        vec_env = None if env is None else as_multiagent_vec_env(env)
-        return serialization.load_model(cls, path, vec_env, device, trusted, custom_objects, print_system_info, kwargs)
 
     # ----------------------------------------------------------------------------------------------------------
     # Training: collect -> drain -> recompute values -> GAE -> update -> apply
@@ -311,7 +134,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         progress_bar: bool,
         threads: int,
     ) -> SelfOnPolicy:
-        """``learn``'s loop, run with ``threads`` torch threads (``sb3_ippo.threads``)."""
+        """``learn``'s loop, run with ``threads`` torch threads (``sb3_ippo.common.threads``)."""
         assert self.env is not None
         updates_at_start = self._n_updates
         previous_obs = self._last_obs
@@ -639,62 +462,8 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         dump_logs(self, iteration)
 
     # ----------------------------------------------------------------------------------------------------------
-    # Inference and export
+    # Export
     # ----------------------------------------------------------------------------------------------------------
-
-    def predict(  # type: ignore[override]
-        self,
-        observation: Mapping[AgentID, Any],
-        state: Mapping[AgentID, PredictState] | None = None,
-        episode_start: np.ndarray | Mapping[AgentID, np.ndarray] | None = None,
-        deterministic: bool = False,
-    ) -> tuple[dict[AgentID, np.ndarray], dict[AgentID, PredictState] | None]:
-        """Actions for ``{agent_id: observation}`` (single or batched observations); agents missing from the
-        dict are skipped. Observation normalization, if any, uses the frozen statistics.
-
-        Recurrent agents follow SB3's recurrent convention (``RecurrentPPO.predict``), per agent: ``state`` is the
-        dict of states the previous call returned (None at the start: zeros), ``episode_start`` says which rows start
-        an episode (their state is reset): one array for every agent, or ``{agent_id: array}``.
-
-        :return: ``({agent_id: action}, states)``; an action is batched where its observation is. ``states`` is None
-            for a model without recurrent agents, else ``{agent_id: (hidden, cell)}`` for the recurrent agents given.
-        :raises ValueError: for an observation that is not a dict, or an agent id the model does not know.
-        """
-        if not isinstance(observation, Mapping):
-            raise ValueError(
-                f"IPPO.predict takes a dict {{agent_id: observation}}, got {type(observation).__name__}; "
-                f"the model's agents are {self.possible_agents}"
-            )
-        unknown = [agent for agent in observation if agent not in self._policy_keys]
-        if unknown:
-            raise ValueError(f"Unknown agent ids {unknown}: the model's agents are {self.possible_agents}")
-        actions = {}
-        states: dict[AgentID, PredictState] | None = None
-        if any(is_recurrent(policy) for policy in self.policies.values()):
-            check_predict_state(state)
-            check_episode_start(episode_start, [agent for agent in observation if is_recurrent(self.policies[agent])])
-            states = {}
-        for agent, obs in observation.items():
-            try:
-                normalizer = None if self.obs_normalizers is None else self.obs_normalizers[agent]
-                policy_obs = policy_input(obs, self.observation_spaces[agent], normalizer)
-                policy = self.policies[agent]
-                if is_recurrent(policy):
-                    assert states is not None
-                    action, states[agent] = predict_recurrent(
-                        policy, agent, policy_obs, state, episode_start, deterministic  # type: ignore[arg-type]
-                    )
-                else:
-                    action, _ = policy.predict(policy_obs, deterministic=deterministic)  # type: ignore[arg-type]
-                actions[agent] = to_env_action(action, self.action_spaces[agent])
-            except (ValueError, TypeError) as error:
-                space = self.observation_spaces[agent]
-                expected = f"{space.shape} or (n, *{space.shape})" if space.shape else f"an element of {space}"
-                raise ValueError(
-                    f"Agent {agent!r}: its observation (shape {np.shape(obs) if not isinstance(obs, Mapping) else 'dict'}) "
-                    f"does not fit its observation space {space}; expected shape {expected}. ({error})"
-                ) from error
-        return actions, states
 
     def export_agent(self, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
         """Write one agent's policy as a plain SB3 ``PPO`` zip: ``stable_baselines3.PPO.load(path)`` opens it (without
@@ -705,7 +474,7 @@ class MultiAgentOnPolicyAlgorithm(BaseAlgorithm):
         gives the actions and states this model's ``predict`` gives for that agent.
 
         With ``normalize_obs``, the frozen observation statistics are folded into the first layer of the actor and
-        of the critic (``sb3_ippo.export``): exact up to float rounding for observations within 10 standard
+        of the critic (``sb3_ippo.common.export``): exact up to float rounding for observations within 10 standard
         deviations of the running mean; IPPO clips farther ones to 10, the exported policy does not.
 
         :raises KeyError: for an unknown agent id.

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sb3_ippo.buffer import VERSION_STAMPS
+from sb3_ippo.common.buffer import VERSION_STAMPS
 from sb3_ippo.update.settings import (
     POSITIVE_INT,
     TRUE_OR_FALSE,

@@ -9,8 +9,8 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
-from sb3_ippo.masking import MASK_KEY
-from sb3_ippo.types import ObsArray
+from sb3_ippo.games.masking import MASK_KEY
+from sb3_ippo.common.type_aliases import ObsArray
 
 
 def _normalizable(space: spaces.Space) -> bool:

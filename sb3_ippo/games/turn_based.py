@@ -12,7 +12,7 @@ everything it received in between, the other players' replies included:
   won the game, or it moves again at once);
 - for every other agent, the reward and episode end reported belong to its *last* move in that copy: the learner
   adds the reward to that transition and closes the trajectory at an episode end
-  (:meth:`sb3_ippo.buffer.AgentEpisodeBuffer.credit`). An episode end reaches every agent, also the one whose last
+  (:meth:`sb3_ippo.common.buffer.AgentEpisodeBuffer.credit`). An episode end reaches every agent, also the one whose last
   move came earlier (the loser of a game learns that its last move lost).
 
 Per-episode statistics are those of every copy: team return, per-agent returns, length (in moves). A copy whose env
@@ -29,7 +29,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import AECEnv
 
-from sb3_ippo.masking import MASK_KEY
+from sb3_ippo.games.masking import MASK_KEY
 from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, AgentID
 from sb3_ippo.vec_env.copies import CopyStep
 from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv

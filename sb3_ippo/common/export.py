@@ -32,13 +32,13 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, CombinedExtractor, FlattenExtractor
 from torch import nn
 
-from sb3_ippo.masking import MaskedInputMixin, base_maskable_class, unmasked_normalizer
-from sb3_ippo.normalization import ObservationNormalizer
-from sb3_ippo.recurrent import is_recurrent
-from sb3_ippo.types import AgentID
+from sb3_ippo.games.masking import MaskedInputMixin, base_maskable_class, unmasked_normalizer
+from sb3_ippo.common.normalization import ObservationNormalizer
+from sb3_ippo.update.recurrent import is_recurrent
+from sb3_ippo.common.type_aliases import AgentID
 
 if TYPE_CHECKING:
-    from sb3_ippo.on_policy_algorithm import MultiAgentOnPolicyAlgorithm
+    from sb3_ippo.common.base_class import MultiAgentBaseAlgorithm
     from sb3_ippo.update.settings import UpdateSettings
 
 
@@ -143,7 +143,7 @@ def recurrent_first_layers(policy: RecurrentActorCriticPolicy) -> dict[str, tupl
     return layers
 
 
-def ppo_hyperparameters(model: MultiAgentOnPolicyAlgorithm, settings: UpdateSettings) -> dict[str, Any]:
+def ppo_hyperparameters(model: MultiAgentBaseAlgorithm, settings: UpdateSettings) -> dict[str, Any]:
     """The arguments of SB3's ``PPO`` that carry an agent's update settings (its group's) into an exported model, so
     that ``learn`` on the exported model goes on with them; PPO's defaults where IPPO has no equivalent."""
     return dict(
@@ -164,7 +164,7 @@ def ppo_hyperparameters(model: MultiAgentOnPolicyAlgorithm, settings: UpdateSett
 
 
 def exported_algorithm(
-    model: MultiAgentOnPolicyAlgorithm,
+    model: MultiAgentBaseAlgorithm,
     agent_id: AgentID,
     algorithm: type[OnPolicyAlgorithm],
     policy_class: str | type[BasePolicy],
@@ -197,19 +197,19 @@ def exported_algorithm(
     return exported
 
 
-def group_policy_kwargs(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID) -> dict[str, Any]:
+def group_policy_kwargs(model: MultiAgentBaseAlgorithm, agent_id: AgentID) -> dict[str, Any]:
     """The ``policy_kwargs`` the agent's policy was built with: its group's own (``group_kwargs``), else the model's."""
     group = model._agent_groups[model._group_of[agent_id]]
     return dict(group.settings.get("policy_kwargs", model.policy_kwargs) or {})
 
 
-def check_agent_id(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID) -> None:
+def check_agent_id(model: MultiAgentBaseAlgorithm, agent_id: AgentID) -> None:
     """:raises KeyError: for an agent id the model does not know."""
     if agent_id not in model._policy_keys:
         raise KeyError(f"Unknown agent id {agent_id!r}: the model's agents are {model.possible_agents}")
 
 
-def export_agent(model: MultiAgentOnPolicyAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
+def export_agent(model: MultiAgentBaseAlgorithm, agent_id: AgentID, path: str | pathlib.Path | io.BufferedIOBase) -> None:
     """``IPPO.export_agent``: one agent's policy as a plain SB3 ``PPO`` zip (a ``MaskablePPO`` zip for a masked agent, a
     ``RecurrentPPO`` zip for a recurrent one),
     with its group's update settings as the PPO's hyperparameters and the observation normalization folded in."""
