@@ -253,7 +253,7 @@ class BatchedMultiAgentVecEnv(MultiAgentVecEnv):
                 env_actions[agent] = np.broadcast_to(filler, (self.num_envs, *filler.shape)).copy()
                 continue
             agent_actions = np.asarray(actions[agent])
-            if len(agent_actions) != self.num_envs or agent_actions.size != self.num_envs * filler.size:
+            if agent_actions.shape[:1] != (self.num_envs,) or agent_actions.size != self.num_envs * filler.size:
                 raise ValueError(
                     f"Actions for agent {agent!r} have shape {agent_actions.shape}; expected {(self.num_envs, *filler.shape)} "
                     f"(one row per env copy, each an action of {self.action_spaces[agent]})"
