@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from sb3_ippo import IPPO, evaluate_policy, make_vec_env
+from sb3_ippo import IPPO, MAPPO, MultiAgentEvalCallback, evaluate_policy, make_vec_env
 from sb3_ippo.vec_env import BatchedMultiAgentVecEnv, BatchedParallelEnv
 from tests.batched_envs import ChaseParallelEnv, TorchChaseEnv
 from tests.helpers import assert_same, assert_same_parameters, parameters, rollout
@@ -82,8 +82,10 @@ def test_ippo_takes_the_batched_env_itself(tmp_path: Path) -> None:
     expected, _ = model.predict(obs, deterministic=True)
     actual, _ = loaded.predict(obs, deterministic=True)
     assert_same(actual, expected)
-    loaded.learn(500, reset_num_timesteps=False)
+    evaluations = MultiAgentEvalCallback(TorchChaseEnv(4), eval_freq=20, n_eval_episodes=4, verbose=0)
+    loaded.learn(500, reset_num_timesteps=False, callback=evaluations)
     assert loaded.num_timesteps > model.num_timesteps
+    assert np.isfinite(evaluations.last_mean_reward)  # -inf until the first evaluation
 
 
 def test_evaluate_policy_scores_batched_copies_as_pettingzoo_copies() -> None:
@@ -143,6 +145,11 @@ def test_wrong_shapes_are_clear_errors() -> None:
     env.reset()
     with pytest.raises(ValueError, match=r"Actions for agent 'agent_1' have shape \(3,\); expected \(4,\)"):
         env.step_agents({"agent_0": np.ones(4, dtype=np.int64), "agent_1": np.ones(3, dtype=np.int64)})
+
+
+def test_what_needs_pettingzoo_copies_refuses_a_batched_env() -> None:
+    with pytest.raises(TypeError, match=r"TorchChaseEnv steps 4 copies at once .*MAPPO's critic input"):
+        MAPPO("MlpPolicy", TorchChaseEnv(4), critic_input="joint_obs")
 
 
 def test_batched_needs_an_env_fn_that_makes_a_batched_env() -> None:
