@@ -100,7 +100,7 @@ def as_batched_env(env: Any) -> BatchedParallelEnv:
     :raises TypeError: naming the members of the protocol that ``env`` lacks.
     """
     if _is_vmas_env(env):
-        from sb3_ippo.vec_env.vmas import VmasEnv  # imports nothing of VMAS's, but only where VMAS is used
+        from sb3_ippo.vec_env.vmas import VmasEnv  # only where a VMAS env is given
 
         return VmasEnv(env)
     missing = [name for name in PROTOCOL_ATTRIBUTES if not hasattr(env, name)]
