@@ -15,6 +15,15 @@ Targets (issue 2): dummy >= 0.7x the plain loop, subproc > 1.0x (on 2 cores).
 A second table (``--padded-ms``, 0 to skip) steps copies of the same env padded to cost about that many milliseconds
 of CPU per step (a busy wait, like a physics engine, not a sleep) through "dummy", "subproc" and "ray" (Ray actors on
 a local Ray instance started for it), and states Ray's overhead per vectorized step against "subproc" (issue 10).
+
+``--batched`` measures instead env steps per second of IPPO's ``learn``, at its defaults, on a natively batched env
+against the same env unbatched into PettingZoo copies (issue 34): the chase game of ``tests/batched_envs.py``,
+torch-batched (``make_vec_env(TorchChaseEnv, n, vec_env_cls="batched")``) and as
+``make_vec_env(ChaseParallelEnv, n)``, at ``--batched-copies`` copies (8, 64, 512). The two take turns, in alternating
+order, for ``--rounds`` rounds of ``--batched-steps`` vectorized steps each (one ``learn`` call of ``steps * n`` env
+steps, after a warm-up round); the figure of each is its median.
+
+    python benchmarks/env_throughput.py --batched [--rounds 5] [--batched-steps 60] [--batched-copies 8,64,512]
 """
 
 from __future__ import annotations
@@ -107,7 +116,69 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--padded-ms", type=float, default=1.0, help="CPU cost of a padded env step (0: no padded table)")
     parser.add_argument("--padded-steps", type=int, default=200, help="vectorized steps per round, padded env")
+    parser.add_argument("--batched", action="store_true", help="IPPO's learn on a batched env against PettingZoo copies")
+    parser.add_argument("--batched-steps", type=int, default=60, help="vectorized steps per round, --batched")
+    parser.add_argument(
+        "--batched-copies", type=lambda text: [int(n) for n in text.split(",")], default=[8, 64, 512], help="e.g. 8,64,512"
+    )
     return parser.parse_args(argv)
+
+
+def batched_table(args: argparse.Namespace) -> dict[str, float]:
+    """Env steps/s of IPPO's learn on the batched chase game and on its PettingZoo copies, rounds alternating."""
+    from sb3_ippo import IPPO
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's tests/
+    from tests.batched_envs import ChaseParallelEnv, TorchChaseEnv
+
+    load_before = os.getloadavg()[0]
+    medians: dict[str, float] = {}
+    rng = np.random.default_rng(args.seed)
+    for n_envs in args.batched_copies:
+        makers = {
+            "batched": partial(make_vec_env, TorchChaseEnv, n_envs, seed=args.seed, vec_env_cls="batched"),
+            "pettingzoo": partial(make_vec_env, ChaseParallelEnv, n_envs, seed=args.seed),
+        }
+        models = {name: IPPO("MlpPolicy", make()) for name, make in makers.items()}
+        # The env layer alone, for where the time goes: the same env stepped with random actions, no policy.
+        layers = {name: make() for name, make in makers.items()}
+        agent_index = {agent: j for j, agent in enumerate(layers["batched"].possible_agents)}
+        rates: dict[str, list[float]] = {f"{name}{part}": [] for name in models for part in ("", "_layer")}
+        names = list(models)
+        for layer in layers.values():
+            layer.reset()
+        for round_idx in range(args.rounds + 1):  # round 0 warms up
+            actions = rng.integers(0, 3, size=(args.batched_steps, n_envs, len(agent_index)))
+            for name in names[round_idx % 2 :] + names[: round_idx % 2]:
+                start = time.perf_counter()
+                model = models[name].learn(args.batched_steps * n_envs)
+                learn_rate = model.num_timesteps / (time.perf_counter() - start)
+                start = time.perf_counter()
+                for t in range(len(actions)):
+                    layers[name].step_agents({agent: actions[t, :, j] for agent, j in agent_index.items()})
+                layer_rate = actions.shape[0] * n_envs / (time.perf_counter() - start)
+                if round_idx > 0:
+                    rates[name].append(learn_rate)
+                    rates[f"{name}_layer"].append(layer_rate)
+        for name in names:
+            models[name].env.close()
+            layers[name].close()
+        medians.update({f"{key}_{n_envs}": statistics.median(values) for key, values in rates.items()})
+    print(
+        f"\nIPPO's learn (defaults) on the chase game of tests/batched_envs.py (3 agents that leave at the target or die off "
+        f"the line): {args.rounds} rounds x {args.batched_steps} vectorized steps, alternating; {os.cpu_count()} CPUs "
+        f"(load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f}). Env steps/s, median:"
+    )
+    header = f"{'learn: batched':>16}{'PettingZoo':>12}{'ratio':>8}{'env alone: batched':>20}{'PettingZoo':>12}{'ratio':>8}"
+    print(f"{'copies':<8}{header}")
+    for n_envs in args.batched_copies:
+        cells = []
+        for suffix in ("", "_layer"):
+            batched, pettingzoo = medians[f"batched{suffix}_{n_envs}"], medians[f"pettingzoo{suffix}_{n_envs}"]
+            width = 16 if not suffix else 20
+            cells.append(f"{batched:>{width},.0f}{pettingzoo:>12,.0f}{batched / pettingzoo:>7.2f}x")
+        print(f"{n_envs:<8}{''.join(cells)}")
+    return medians
 
 
 def padded_table(args: argparse.Namespace) -> dict[str, float]:
@@ -160,6 +231,8 @@ def padded_table(args: argparse.Namespace) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Run the benchmark, print the table, and return the median agent-steps/s of each variant."""
     args = parse_args(argv)
+    if args.batched:
+        return batched_table(args)
     # Other processes on the machine slow the subprocess variant most: the load says how far to trust the figures.
     load_before = os.getloadavg()[0]
     n_envs = args.n_envs

@@ -47,6 +47,14 @@ def test_env_throughput_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(f"\n{name} " in table for name in medians) and "vs plain" in table
 
 
+def test_env_throughput_batched_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--batched", "--rounds", "1", "--batched-steps", "3", "--batched-copies", "2,4"]
+    medians = load_benchmark("env_throughput").main(args)
+    kinds = ("batched", "pettingzoo", "batched_layer", "pettingzoo_layer")
+    assert set(medians) == {f"{kind}_{n}" for kind in kinds for n in (2, 4)} and min(medians.values()) > 0
+    assert "learn: batched" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_env_throughput_padded_ray_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--rounds", "1", "--steps", "5", "--n-envs", "2", "--padded-ms", "0.5", "--padded-steps", "5"]

@@ -5,11 +5,14 @@ of copy, as SB3's ``common.vec_env`` package is laid out.
 - :mod:`~sb3_ippo.vec_env.copies`: one env copy (auto-reset, episode statistics, failures and rebuilds);
 - :mod:`~sb3_ippo.vec_env.dummy`, :mod:`~sb3_ippo.vec_env.subproc`, :mod:`~sb3_ippo.vec_env.ray`: copies in this
   process, in worker processes, in Ray actors (Ray is imported only when asked for);
+- :mod:`~sb3_ippo.vec_env.batched`: one env that steps every copy at once (natively batched; VMAS through
+  :mod:`~sb3_ippo.vec_env.vmas`);
 - :mod:`~sb3_ippo.games.turn_based`: copies of AEC games stepped turn by turn;
 - :mod:`~sb3_ippo.vec_env.env_util`: ``make_vec_env``, which picks the kind.
 """
 
 from sb3_ippo.vec_env.base import AgentID, MultiAgentStep, MultiAgentVecEnv, ObsArray
+from sb3_ippo.vec_env.batched import BatchedMultiAgentVecEnv, BatchedParallelEnv
 from sb3_ippo.vec_env.copies import to_parallel_env
 from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv
 from sb3_ippo.vec_env.env_util import as_multiagent_vec_env, make_vec_env
@@ -18,6 +21,8 @@ from sb3_ippo.games.turn_based import TurnBasedMultiAgentVecEnv, is_turn_based_v
 
 __all__ = [
     "AgentID",
+    "BatchedMultiAgentVecEnv",
+    "BatchedParallelEnv",
     "DummyMultiAgentVecEnv",
     "MultiAgentStep",
     "MultiAgentVecEnv",

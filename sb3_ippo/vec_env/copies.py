@@ -35,6 +35,12 @@ def to_parallel_env(env: Any) -> ParallelEnv:
     :raises ValueError: for an AEC env that PettingZoo cannot run in parallel.
     :raises TypeError: for anything that is not a PettingZoo env.
     """
+    if hasattr(env, "num_envs") and not isinstance(env, (ParallelEnv, AECEnv, gym.Env, VecEnv)):
+        raise TypeError(
+            f"{type(env).__name__} steps {env.num_envs} copies at once (a natively batched env), not one: IPPO takes it as "
+            "it is (IPPO(policy, env), or make_vec_env(env_fn, n_envs, vec_env_cls='batched')), but what needs one "
+            "PettingZoo env per copy (MAPPO's critic input, PettingZoo or SuperSuit wrappers) does not."
+        )
     if is_parallel_env(env):
         return env
     if isinstance(env, AECEnv):

@@ -12,6 +12,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
 from sb3_ippo.vec_env.base import DEFAULT_MAX_RESTARTS, MultiAgentVecEnv, check_env_error_policy
+from sb3_ippo.vec_env.batched import BatchedMultiAgentVecEnv, is_batched_env, make_batched_vec_env
 from sb3_ippo.vec_env.copies import is_parallel_env, to_parallel_env
 from sb3_ippo.vec_env.dummy import DummyMultiAgentVecEnv
 from sb3_ippo.vec_env.subproc import SubprocMultiAgentVecEnv
@@ -39,6 +40,8 @@ def make_vec_env(
     :param seed: Copy ``i`` is seeded with ``seed + i`` at its first reset (None: unseeded).
     :param vec_env_cls: ``"dummy"`` steps the copies in this process, ``"subproc"`` in worker processes, ``"ray"`` in
         Ray actors, on this machine or a cluster (needs ``pip install "sb3-ippo[ray]"``; see ``docs/usage.md``).
+        ``"batched"``: ``env_fn(num_envs=n_envs, **env_kwargs)`` is one env that steps every copy at once (VMAS's
+        ``vmas.make_env``, or :class:`sb3_ippo.vec_env.batched.BatchedParallelEnv`).
     :param env_kwargs: Keyword arguments for ``env_fn``.
     :param on_env_error: What a copy whose env raises in ``step`` or ``reset`` (or whose worker process dies)
         does: ``"raise"`` a ``RuntimeError`` with the env's traceback; ``"restart"``: the copy is rebuilt from
@@ -66,6 +69,8 @@ def make_vec_env(
     if not isinstance(n_envs, int) or n_envs < 1:
         raise ValueError(f"n_envs must be a positive integer, got {n_envs!r}")
     kwargs = env_kwargs or {}
+    if vec_env_cls == "batched":  # one env that steps all the copies itself
+        return make_batched_vec_env(env_fn, n_envs, seed, kwargs, critic_input)
 
     spec = None
     if critic_input is not None:
@@ -105,7 +110,9 @@ def make_vec_env(
                 env_fns, n_workers=n_workers, ray_address=ray_address, on_env_error=on_env_error, max_restarts=max_restarts
             )
         else:
-            raise ValueError(f"vec_env_cls must be 'dummy', 'subproc' or 'ray', got {vec_env_cls!r}")
+            raise ValueError(
+                f"vec_env_cls must be 'dummy', 'subproc' or 'ray' ('batched': one env, all copies), got {vec_env_cls!r}"
+            )
     if seed is not None:
         vec_env.seed(seed)
     vec_env.critic_input = spec
@@ -113,7 +120,8 @@ def make_vec_env(
 
 
 def as_multiagent_vec_env(env: Any) -> MultiAgentVecEnv:
-    """Wrap a single PettingZoo env (parallel or AEC) as a one-copy vectorized env; pass a vectorized one through."""
+    """Wrap a single PettingZoo env (parallel or AEC) as a one-copy vectorized env, a natively batched env (VMAS, or
+    :class:`~sb3_ippo.vec_env.batched.BatchedParallelEnv`) as its copies; pass a vectorized one through."""
     if isinstance(env, MultiAgentVecEnv):
         return env
     if env is None:
@@ -124,6 +132,8 @@ def as_multiagent_vec_env(env: Any) -> MultiAgentVecEnv:
             "sb3_ippo.make_vec_env(...) unwrapped, with IPPO(..., normalize_obs=True) for observations (and "
             "normalize_returns=True, the default, for value targets)."
         )
+    if is_batched_env(env):
+        return BatchedMultiAgentVecEnv(env)
     if isinstance(env, VecEnv):
         raise TypeError(
             f"Got the SB3 VecEnv {env}; sb3_ippo needs a PettingZoo env or sb3_ippo.make_vec_env(env_fn, n_envs=...)"

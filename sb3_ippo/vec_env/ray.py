@@ -19,6 +19,7 @@ import numpy as np
 try:
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError(
         'vec_env_cls="ray" needs Ray: pip install "sb3-ippo[ray]" (or, from a checkout, pip install -e ".[ray]")'
@@ -38,6 +39,10 @@ class _EnvRunner:
     def __init__(self, env_fns: Sequence[Callable[[], Any]]) -> None:
         self.env_fns = list(env_fns)
         self.copies = [parallel_copy(env_fn()) for env_fn in self.env_fns]
+
+    def node_id(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     def answer(self, command: str, data: Any) -> Any:
         return _answer(self.copies, self.env_fns, command, data)
@@ -63,6 +68,9 @@ class RayMultiAgentVecEnv(SubprocMultiAgentVecEnv):
     :param n_workers: Number of actors (default: ``min(len(env_fns), CPUs of the Ray cluster)``).
     :param ray_address: Where Ray runs (see above).
     :param actor_options: Options of every actor (``ray.remote``'s, e.g. ``{"num_cpus": 1}`` to reserve a CPU each).
+        Without a ``scheduling_strategy``, actor ``w`` is placed on the ``w % n``-th of the cluster's ``n`` nodes that have
+        CPUs (soft node affinity: where that node cannot take it, Ray places it elsewhere), so the actors span the
+        nodes; an actor started anew after its node is lost goes to a node that is still there.
     """
 
     def __init__(
@@ -84,6 +92,7 @@ class RayMultiAgentVecEnv(SubprocMultiAgentVecEnv):
         self._slices = [range(bounds[i], bounds[i + 1]) for i in range(n_workers)]
         self._env_fns = list(env_fns)
         self._actor_class = ray.remote(**(actor_options or {}))(_EnvRunner) if actor_options else ray.remote(_EnvRunner)
+        self._spread = "scheduling_strategy" not in (actor_options or {})
         self.closed = False
         self._started = False
         self.actors: list[Any] = [None] * n_workers
@@ -105,9 +114,22 @@ class RayMultiAgentVecEnv(SubprocMultiAgentVecEnv):
         """Create the actor of ``worker`` (a new one, after killing what is left of the old one)."""
         if self.actors[worker] is not None:
             ray.kill(self.actors[worker])
-        self.actors[worker] = self._actor_class.remote([self._env_fns[i] for i in self._slices[worker]])
+        self.actors[worker] = self._actor_class.options(**self._placement(worker)).remote(
+            [self._env_fns[i] for i in self._slices[worker]]
+        )
         self._pending[worker].clear()
         self._awaiting[worker] = 0
+
+    def _placement(self, worker: int) -> dict[str, Any]:
+        """The scheduling options of ``worker``'s actor: the next live node with CPUs, round robin (see the class)."""
+        nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+        if not self._spread or len(nodes) < 2:
+            return {}
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(nodes[worker % len(nodes)], soft=True)}
+
+    def runner_nodes(self) -> list[str]:
+        """The id of the Ray node each actor runs on (``ray.nodes()`` describes them), one entry per actor."""
+        return ray.get([actor.node_id.remote() for actor in self.actors])
 
     def _fail(self, message: str) -> None:
         self.close()
