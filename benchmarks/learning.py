@@ -7,9 +7,9 @@ over seeds and the spread (min..max over seeds). After training, each model is e
 episodes (deterministic and stochastic actions) and saved next to its cached run (``benchmarks/cross_play.py``
 reads them).
 
-- IPPO runs with its defaults (n_episodes 8, n_epochs 20, target_kl 0.02, normalize_returns, batch_size None,
-  64x64 networks, ``async_training="auto"``: for a budget of at least 20,000 env steps on a machine with a second
-  CPU core, each update runs in a learner process while collection goes on, so the run uses two processes).
+- IPPO runs with its defaults (rollouts of 128 steps of every copy, 10 shuffled passes over minibatches of 256, no
+  KL stop, normalize_returns, 64x64 networks, updates in the training process); ``ippo_before32`` with those
+  before issue 32 (n_episodes 8, n_epochs 20, target_kl 0.02, batch_size None, ``async_training="auto"``).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.
 - ``ippo_shared_ppo`` (only with ``--algos``): ``ippo_shared`` whose shared group trains with SB3 PPO's passes
@@ -98,6 +98,8 @@ ALGOS = (
     "ippo_rollout128",
     "ippo_rollout128_sync",
     "ippo_rollout25",
+    "ippo_as_peer_sync",
+    "ippo_before32",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -116,11 +118,13 @@ LABELS = {
     "ippo_as_peer": "IPPO configured as the peer (shared networks, SB3's update, rollouts of 256 steps)",
     "ippo_rollout128": "IPPO, rollouts of 128 steps per copy, SB3's update (minibatches of 256, 10 passes)",
     "ippo_rollout128_sync": "ippo_rollout128, updates in the training process (no learner process)",
+    "ippo_as_peer_sync": "ippo_as_peer, updates in the training process (sisl's tuned settings)",
+    "ippo_before32": "IPPO's defaults before issue 32 (whole episodes, 20 full-batch passes, KL stop, learner process)",
     "ippo_rollout25": "IPPO's defaults on rollouts of 25 steps per copy (MPE's batches, whatever the episode length)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
-    "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet",
+    "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -131,30 +135,38 @@ SHARED_GROUPS = {"agent": True}
 SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None, "ent_coef": 0.01}
 # ``ippo_shared_ppo128``: the same, with hidden layers of 128 units for the shared network (the others: 64).
 SHARED_PPO_128_SETTINGS: dict[str, Any] = {**SHARED_PPO_SETTINGS, "policy_kwargs": {"net_arch": [128, 128]}}
+# IPPO's defaults before issue 32: the reference's whole-episode rule, 20 full-batch passes with the KL stop, and the
+# learner process for budgets of 20,000 env steps or more. The rows measured then are written relative to them, so
+# that they keep training as they did when their figures were taken.
+BEFORE32: dict[str, Any] = {
+    "n_episodes": 8, "rollout_len": None, "batch_size": None, "n_epochs": 20, "target_kl": 0.02,
+    "shuffle_minibatches": False, "async_training": "auto",
+}
 # The keyword arguments of each IPPO row (time_to_quality.py takes them too).
 IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo": {},
-    "ippo_shared": {"share_parameters": SHARED_GROUPS},
-    "ippo_async": {"async_training": True},
-    "ippo_shared_ppo": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
-    "ippo_shared_ppo128": {"share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
+    "ippo_shared": {**BEFORE32, "share_parameters": SHARED_GROUPS},
+    "ippo_async": {**BEFORE32, "async_training": True},
+    "ippo_shared_ppo": {**BEFORE32, "share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_SETTINGS}},
+    "ippo_shared_ppo128": {**BEFORE32, "share_parameters": SHARED_GROUPS, "group_kwargs": {"agent": SHARED_PPO_128_SETTINGS}},
     "ippo_shared_ppo_episodic": {
-        "share_parameters": SHARED_GROUPS,
+        **BEFORE32, "share_parameters": SHARED_GROUPS,
         "group_kwargs": {"agent": SHARED_PPO_SETTINGS},
         "time_limit_bootstrap": False,
     },
-    "ippo_episodic": {"time_limit_bootstrap": False},
-    "ippo_async_e40": {"async_training": True, "n_epochs": 40},
-    "ippo_async_e20": {"async_training": True, "n_epochs": 20},
-    "ippo_e80_sync": {"async_training": False, "n_epochs": 80},
+    "ippo_episodic": {**BEFORE32, "time_limit_bootstrap": False},
+    "ippo_async_e40": {**BEFORE32, "async_training": True, "n_epochs": 40},
+    "ippo_async_e20": {**BEFORE32, "async_training": True, "n_epochs": 20},
+    "ippo_e80_sync": {**BEFORE32, "async_training": False, "n_epochs": 80},
     # Minibatches of 256 transitions: the same as the defaults where an agent's batch is at most 256 (MPE's 8 episodes
     # of 25 steps), more gradient steps per sample on long episodes (multiwalker, pursuit).
-    "ippo_mb256": {"batch_size": 256},
+    "ippo_mb256": {**BEFORE32, "batch_size": 256},
     # The peer's algorithm on IPPO's machinery: each group (pursuit's 8 pursuers, multiwalker's 3 walkers) shares one
     # network, updated as SB3's PPO updates the peer (10 shuffled passes over minibatches of 256, no KL stop); IPPO's
     # batch rule (an update after 8 finished episodes of each agent), value scaling and bootstrap otherwise. It tells
     # how much of a gap to the peer is sharing and update rule, and how much is the rest.
     "ippo_shared_sb3": {
+        **BEFORE32,
         "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
     },
     # ``ippo_shared_sb3`` with the peer's batch rule and targets too: an update every 256 steps of each env copy, as the
@@ -163,16 +175,24 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # agent), raw returns for the value head, and a time limit as a termination (SuperSuit's SB3 wrapper does not mark
     # truncations). What is left of a gap is IPPO's machinery.
     "ippo_as_peer": {
+        **BEFORE32, "n_episodes": None,
         "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
         "rollout_len": 256, "normalize_returns": False, "time_limit_bootstrap": False,
+    },
+    "ippo_before32": BEFORE32,
+    # ``ippo_as_peer`` with every update in the training process: sisl's tuned settings as they run from issue 32 on.
+    "ippo_as_peer_sync": {
+        "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
+        "rollout_len": 256, "normalize_returns": False, "time_limit_bootstrap": False, "async_training": False,
     },
     # The batch rule independent of episode length on IPPO's own networks (one per agent): SB3's rollout of 128 steps
     # per copy and SB3's PPO update (10 shuffled passes over minibatches of 256, no KL stop), IPPO's value targets.
     "ippo_rollout128": {
+        **BEFORE32, "n_episodes": None,
         "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
     },
     # ``ippo_rollout128`` with every update in the training process (``async_training=False``): each batch collected
-    # by the policy it trains, no one-update lag of a learner process. The candidate defaults of issue 32.
+    # by the policy it trains, no one-update lag of a learner process: the defaults since issue 32.
     "ippo_rollout128_sync": {
         "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
         "async_training": False,
@@ -180,7 +200,7 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # IPPO's defaults with the batch rule independent of episode length, at the size the defaults' n_episodes=8 give
     # MPE's 25-step episodes on 8 copies (200 transitions per agent, an update every 25 steps of each copy): on MPE the
     # same batches as the defaults; on 500-step episodes (sisl) 20x more updates per sample than n_episodes=8 gives.
-    "ippo_rollout25": {"rollout_len": 25},
+    "ippo_rollout25": {**BEFORE32, "n_episodes": None, "rollout_len": 25},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),

@@ -30,9 +30,15 @@ from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 GAMMA, GAE_LAMBDA = 0.99, 0.95
 
 
+# The update the hand-written reference computations of the tests follow: the reference's sequential minibatches of the
+# whole batch and its KL stop (IPPO's defaults before issue 32), whatever the defaults are now.
+REFERENCE_UPDATE: dict[str, Any] = dict(batch_size=None, n_epochs=20, target_kl=0.02, shuffle_minibatches=False)
+
+
 def settings(**overrides: Any) -> UpdateSettings:
-    """IPPO's default update settings with the tests' discount (:data:`GAMMA`, :data:`GAE_LAMBDA`) and ``overrides``."""
-    return default_update_settings(**{"gamma": GAMMA, "gae_lambda": GAE_LAMBDA, **overrides})
+    """IPPO's update settings with the reference's passes (:data:`REFERENCE_UPDATE`), the tests' discount
+    (:data:`GAMMA`, :data:`GAE_LAMBDA`) and ``overrides``."""
+    return default_update_settings(**{**REFERENCE_UPDATE, "gamma": GAMMA, "gae_lambda": GAE_LAMBDA, **overrides})
 
 
 def stacked_groups(model: IPPO) -> set[str]:
@@ -53,7 +59,10 @@ ALGORITHMS = [IPPO, MAPPO]
 
 
 def make_model(env: Any = None, algo: type[IPPO] = IPPO, **kwargs: Any) -> IPPO:
-    params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
+    # The reference's rule (whole episodes, 2 per agent) and update, small: what the tests' expectations count.
+    params: dict[str, Any] = dict(
+        REFERENCE_UPDATE, n_episodes=2, rollout_len=None, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0
+    )
     if algo is MAPPO:
         params["critic_input"] = "joint_obs"
     params.update(kwargs)

@@ -450,7 +450,7 @@ def test_module_entry_point_shows_full_help_with_defaults() -> None:
     assert "--timesteps" in text and "--max-version-lag" in text and "--hyperparams" in text and "--wrappers" in text
     # The whole docstring of every hyperparameter (policy_kwargs' used to be cut at "e.g."), with its default.
     assert "Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``. (default: None)" in text
-    for default in ("(default: 200000)", "(default: 8)", "(default: dummy)", "(default: MlpPolicy)", "(default: 0.02)"):
+    for default in ("(default: 200000)", "(default: 8)", "(default: dummy)", "(default: MlpPolicy)", "(default: 128)"):
         assert default in text, default
 
 
@@ -483,8 +483,8 @@ BAD_TRAIN_OPTIONS = [
     (["--verbose", "3"], "argument --verbose: invalid choice: 3"),
     (["--seed", "-1"], "argument --seed: expected an integer >= 0"),
     (["--log-interval", "0"], "argument --log-interval: expected a positive integer"),
-    (["--n-episodes", "None"], "n_episodes and n_steps are both None"),
-    (["--n-episodes", "None", "--log-interval", "3"], "n_episodes and n_steps are both None"),
+    (["--n-episodes", "None", "--rollout-len", "None"], "n_episodes and n_steps are both None"),
+    (["--n-episodes", "None", "--rollout-len", "None", "--log-interval", "3"], "n_episodes and n_steps are both None"),
     (["--max-version-lag", "0", "--async-training", "True"], "max_version_lag >= 1"),
     (["--max-buffered-episodes", "1", "--n-episodes", "4"], "max_buffered_episodes (1) must be at least n_episodes (4)"),
     (["--env", "mpe2.no_such_env"], "Cannot import the env module 'mpe2.no_such_env'"),

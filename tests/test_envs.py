@@ -23,7 +23,7 @@ TINY_CNN = dict(net_arch=[16], features_extractor_kwargs=dict(features_dim=16))
 
 
 def make_model(env: Any, policy: str = "MlpPolicy", **kwargs: Any) -> IPPO:
-    params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
+    params: dict[str, Any] = dict(n_episodes=2, rollout_len=None, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
     params.update(kwargs)
     return IPPO(policy, env, **params)
 

@@ -38,13 +38,13 @@ def run_example(name: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize("name", ["simple_spread", "continuous_spread", "recurrent_spread"])
 def test_team_return_example(name: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    team_return, output = run_example(name, tmp_path, capsys, timesteps=200)
+    team_return, output = run_example(name, tmp_path, capsys, timesteps=1100)
     assert isinstance(team_return, float) and math.isfinite(team_return)
     assert "Team return over 2 episodes" in output
 
 
 def test_simple_adversary_example_prints_each_side(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (adversary, good), output = run_example("simple_adversary", tmp_path, capsys, timesteps=200)
+    (adversary, good), output = run_example("simple_adversary", tmp_path, capsys, timesteps=1100)
     assert math.isfinite(adversary) and math.isfinite(good)
     assert "adversary_0: observation (8,)" in output and "agent_0: observation (10,)" in output
     assert "adversary return" in output and "good agents' return" in output

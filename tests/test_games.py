@@ -193,9 +193,26 @@ def test_an_illegal_move_is_an_error_even_with_restarts() -> None:
     assert env.restarts == 0
 
 
-def test_rollout_len_is_refused_for_turn_based_envs() -> None:
-    with pytest.raises(ValueError, match="rollout_len cannot cut"):
-        IPPO("MlpPolicy", tictactoe(), rollout_len=4, **TINY)
+def test_rollout_len_never_cuts_a_game_and_updates_on_whole_games_covering_its_transitions() -> None:
+    # A move's reward arrives with the other player's reply: a cut would lose it. So in a turn-based env rollout_len
+    # (the default rule) takes whole games covering rollout_len * n_envs transitions per agent.
+    model = IPPO("MlpPolicy", tictactoe(), rollout_len=4, **TINY)
+    drained: list[list[Any]] = []
+    for buffer in model.buffers.values():
+        drain = buffer.drain
+
+        def recording_drain(*args: Any, _drain: Any = drain) -> list[Any]:
+            trajectories = _drain(*args)
+            drained.append(trajectories)
+            return trajectories
+
+        buffer.drain = recording_drain  # type: ignore[method-assign]
+    model.learn(60)
+    assert model.policy_version >= 2
+    assert drained and all(batch for batch in drained)
+    for batch in drained:
+        assert all(trajectory.terminated or trajectory.truncated for trajectory in batch)  # whole games only
+        assert sum(len(trajectory) for trajectory in batch) >= 4  # rollout_len * n_envs (1 copy) transitions
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from tests.helpers import (
     EPISODE_LENGTH,
     assert_same_parameters,
     make_policies,
+    make_model,
     parameters,
     sampled_trajectories,
     settings,
@@ -175,12 +176,6 @@ def test_acting_follows_parameter_changes() -> None:
 
 
 # --- IPPO with groups ------------------------------------------------------------------------------------------------
-
-
-def make_model(env: Any = None, **kwargs: Any) -> IPPO:
-    params: dict[str, Any] = dict(n_episodes=2, n_epochs=2, policy_kwargs=dict(net_arch=[16]), seed=0)
-    params.update(kwargs)
-    return IPPO("MlpPolicy", env if env is not None else DyingAgentsEnv(), **params)
 
 
 def test_agents_are_grouped_by_id_prefix_and_spaces() -> None:

@@ -127,7 +127,7 @@ def test_n_episodes_none_with_n_steps_trains_by_steps() -> None:
 
 def test_neither_n_episodes_nor_n_steps_is_refused_saying_what_to_set() -> None:
     with pytest.raises(ValueError, match=r"n_episodes and n_steps are both None.*Set n_episodes .* or n_steps"):
-        make_model(n_episodes=None, n_steps=None)
+        make_model(n_episodes=None, n_steps=None, rollout_len=None)
 
 
 def test_a_hyperparameter_changed_after_construction_is_checked_by_learn() -> None:
@@ -206,7 +206,7 @@ def test_learn_that_ends_without_an_update_warns_with_the_budget_that_would_give
 
 def test_learn_without_an_update_under_rollout_len_names_rollout_len() -> None:
     # One copy: an update when every agent has 128 transitions; agent_0 acts in 2 of every 6 steps.
-    model = make_model(rollout_len=128)
+    model = make_model(rollout_len=128, n_episodes=None)
     expected = (
         r"needs rollout_len=128 x the env copies: n_steps=128 transitions .* has 4\. About 384 env steps.*lower rollout_len"
     )

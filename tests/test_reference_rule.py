@@ -27,7 +27,7 @@ PINNED = pathlib.Path(__file__).resolve().parent / "data" / "reference_rule_para
 SETTINGS: dict[str, Any] = dict(
     n_episodes=8, n_steps=None, rollout_len=None, batch_size=None, n_epochs=20, target_kl=0.02, kl_stop="after_step",
     learning_rate=3e-4, gamma=0.99, gae_lambda=0.97, normalize_returns=True, time_limit_bootstrap=True,
-    async_training=False, policy_kwargs=dict(net_arch=[16]), seed=0, device="cpu",
+    async_training=False, shuffle_minibatches=False, policy_kwargs=dict(net_arch=[16]), seed=0, device="cpu",
 )
 
 

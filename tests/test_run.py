@@ -141,7 +141,7 @@ def test_rollout_len_cuts_trajectories_into_chunks() -> None:
     # rollout_len=2 on one copy: an update of 2 transitions per agent (n_steps = rollout_len * n_envs; n_episodes is
     # ignored) once every agent that acted has them. agent_0 acts in the first 2 steps of each 6-step episode, so the
     # updates come after steps 2 and 8, and its partners' chunks wait in between.
-    model = make_model(rollout_len=2)
+    model = make_model(rollout_len=2, n_episodes=None)
     model.learn(2 * EPISODE_LENGTH)
     assert model.policy_version == 2
     for agent, stats in model.update_stats.items():
@@ -156,7 +156,7 @@ def test_rollout_len_updates_every_rollout_len_steps_of_each_copy_on_fresh_data(
     # env steps) on 8 transitions per agent (n_steps defaults to rollout_len * n_envs), all collected by the current
     # policy: with first-step stamps, no trajectory of a batch began before the last update.
     env = make_vec_env(lambda: VariableLengthEnv(n_agents=2, min_length=2, max_length=9), n_envs=2, seed=3)
-    model = make_model(env, rollout_len=4, n_steps=n_steps, version_stamp="first_step", async_training=False)
+    model = make_model(env, rollout_len=4, n_steps=n_steps, n_episodes=None, version_stamp="first_step", async_training=False)
     updates: list[tuple[int, dict[str, tuple[int, set[int]]]]] = []
     prepare_update = model._prepare_update
 
@@ -234,7 +234,7 @@ def test_max_buffered_episodes_that_cannot_cover_n_steps_of_bounded_trajectories
         make_model(n_steps=100, max_buffered_episodes=4, rollout_len=10)
     # rollout_len's own batch: 4 steps x 3 copies = 12 transitions, more than 2 pieces of at most 4 steps.
     with pytest.raises(ValueError, match=r"cannot cover n_steps \(12\)"):
-        make_model(make_vec_env(DyingAgentsEnv, n_envs=3), rollout_len=4, max_buffered_episodes=2)
+        make_model(make_vec_env(DyingAgentsEnv, n_envs=3), rollout_len=4, n_episodes=None, max_buffered_episodes=2)
 
 
 def test_a_buffer_full_of_too_few_transitions_stops_learn_with_a_clear_error() -> None:

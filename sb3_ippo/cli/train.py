@@ -72,14 +72,14 @@ def estimated_updates(env_factory: EnvFactory, settings: TrainSettings) -> tuple
     if h["n_steps"] is not None:
         how = f"n_steps={h['n_steps']} transitions, in episodes of about {length} steps with random actions"
         first, per_update = -(-h["n_steps"] // per_round) * per_round, h["n_steps"]
-    elif h["rollout_len"] is not None:
-        # SB3's cadence: an update every rollout_len steps of each copy, whatever the episodes' length.
-        how = f"rollout_len={h['rollout_len']} steps of each of the {settings.n_envs} env copies"
-        first = per_update = h["rollout_len"] * settings.n_envs
-    else:
+    elif h["n_episodes"] is not None:
         how = f"n_episodes={h['n_episodes']} trajectories, in episodes of about {length} steps with random actions"
         first = -(-h["n_episodes"] // settings.n_envs) * per_round
         per_update = h["n_episodes"] * length
+    else:
+        # SB3's cadence: an update every rollout_len steps of each copy, whatever the episodes' length.
+        how = f"rollout_len={h['rollout_len']} steps of each of the {settings.n_envs} env copies"
+        first = per_update = h["rollout_len"] * settings.n_envs
     updates = 0 if settings.timesteps < first else 1 + (settings.timesteps - first) // per_update
     return updates, how
 

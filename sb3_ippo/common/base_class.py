@@ -31,7 +31,6 @@ from sb3_ippo.common.normalization import ObservationNormalizer, ReturnNormalize
 from sb3_ippo.common.preprocessing import to_env_action
 from sb3_ippo.common.type_aliases import AgentID
 from sb3_ippo.games.self_play import FrozenSeats
-from sb3_ippo.games.turn_based import is_turn_based_vec_env
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.recurrent import PredictState, check_episode_start, check_predict_state, is_recurrent, predict_recurrent
 from sb3_ippo.update.runners import GroupRunner, policy_input
@@ -102,11 +101,6 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
         self.action_space = spaces.Dict(self.action_spaces)
         if self.max_episode_steps is not None:
             env.max_episode_steps = self.max_episode_steps
-        if self.rollout_len is not None and is_turn_based_vec_env(env):
-            raise ValueError(
-                "rollout_len cannot cut the trajectories of a turn-based env: a move's reward arrives with the other "
-                "players' replies, after the cut. Use rollout_len=None (games end by themselves)."
-            )
 
 
     def get_env(self) -> MultiAgentVecEnv | None:  # type: ignore[override]

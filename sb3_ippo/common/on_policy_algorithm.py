@@ -31,6 +31,7 @@ from sb3_ippo.common.preprocessing import to_env_action
 from sb3_ippo.common.threads import learn_threads
 from sb3_ippo.common.type_aliases import AgentID, ObsArray
 from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
+from sb3_ippo.games.turn_based import is_turn_based_vec_env
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.recurrent import RecurrentGroupRunner
 from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
@@ -77,22 +78,34 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
         number of copies, each copy's place in its ``rollout_len`` rollout, without the trajectories left open)."""
         old = getattr(self, "buffers", {})
         self.buffers = {
-            agent: AgentEpisodeBuffer(self.n_envs, self.rollout_len, self.max_buffered_episodes, self.version_stamp)
+            agent: AgentEpisodeBuffer(self.n_envs, self._cut_len, self.max_buffered_episodes, self.version_stamp)
             for agent in self.possible_agents
         }
         for agent, buffer in old.items():
             self.buffers[agent].finished = buffer.finished
-            if buffer.n_envs == self.n_envs and buffer.rollout_len == self.rollout_len:
+            if buffer.n_envs == self.n_envs and buffer.rollout_len == self._cut_len:
                 buffer.drop_open()
                 self.buffers[agent].steps_since_cut = buffer.steps_since_cut
 
     def _update_trigger(self) -> tuple[int | None, int | None]:
         """``(n_episodes, n_steps)`` of the batch rule, as the buffers take them: ``n_steps`` transitions per agent if set;
-        else, with ``rollout_len``, one rollout of every copy (``rollout_len * n_envs`` transitions per agent); else
-        ``n_episodes`` trajectories per agent (the reference's rule)."""
-        if self.n_steps is None and self.rollout_len is not None:
-            return None, self.rollout_len * self.n_envs
+        else ``n_episodes`` trajectories per agent if set (the reference's rule); else one rollout of every copy
+        (``rollout_len * n_envs`` transitions per agent, the default)."""
+        rollout_len = self.rollout_len
+        if rollout_len is not None and self._rollout_rule():
+            return None, rollout_len * self.n_envs
         return self.n_episodes, self.n_steps
+
+    @property
+    def _cut_len(self) -> int | None:
+        """The length at which trajectories are cut: ``rollout_len``, except in a turn-based game, which is never cut (a
+        move's reward arrives with the other players' replies; games end by themselves): there, ``rollout_len``'s rule
+        takes whole games covering ``rollout_len * n_envs`` transitions per agent."""
+        return None if self.env is not None and is_turn_based_vec_env(self.env) else self.rollout_len
+
+    def _rollout_rule(self) -> bool:
+        """Whether updates follow ``rollout_len``'s rule (neither ``n_steps`` nor ``n_episodes`` set)."""
+        return self.n_steps is None and self.n_episodes is None and self.rollout_len is not None
 
     # ----------------------------------------------------------------------------------------------------------
     # Training: collect -> drain -> recompute values -> GAE -> update -> apply
@@ -227,7 +240,7 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
         counts = [self.buffers[agent].fresh_counts(self.policy_version, self.max_version_lag) for agent in self._agents_seen]
         steps = self.num_timesteps - self._num_timesteps_at_start
         n_episodes, n_steps = self._update_trigger()
-        rollout_len = self.rollout_len if self.n_steps is None else None
+        rollout_len = self.rollout_len if self._rollout_rule() else None
         message = no_update_message(steps, self.policy_version, n_steps, n_episodes, counts, rollout_len)
         self.logger.warn(message)
         warnings.warn(message, UserWarning, stacklevel=3)

@@ -28,7 +28,7 @@ RULES: dict[str, tuple[Check, str]] = {
     **UPDATE_SETTING_RULES,
     "n_steps": (optional(positive_int), POSITIVE_INT + " (transitions per agent per update) or None"),
     "n_episodes": (
-        optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None with n_steps or rollout_len"
+        optional(positive_int), POSITIVE_INT + " (trajectories per agent per update), or None (n_steps or rollout_len decide)"
     ),
     "max_version_lag": (non_negative_int, "a non-negative integer (0 keeps only data from the current policy)"),
     "normalize_obs": (is_bool, TRUE_OR_FALSE),
@@ -126,7 +126,7 @@ def _check_update_trigger(values: Mapping[str, Any]) -> None:
     if max_buffered is None:
         return
     n_steps, n_episodes = values.get("n_steps"), values.get("n_episodes")
-    if n_steps is None and values.get("rollout_len") is not None:
+    if n_steps is None and n_episodes is None and values.get("rollout_len") is not None:
         n_steps = values["rollout_len"] * values.get("n_envs", 1)
     if n_steps is None:
         if n_episodes is not None and max_buffered < n_episodes:

@@ -47,8 +47,9 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     versions old are dropped and counted in ``stale_episodes_dropped``: stale data never trains.
 
     Largely identical to SB3's PPO in its losses (clipped surrogate, optional value clipping, entropy bonus,
-    gradient clipping); it differs in what a batch is (whole trajectories by default; with ``rollout_len``, SB3's
-    fixed-length rollouts of every env copy), in when
+    gradient clipping), and by default it collects and updates as SB3's PPO does (a rollout of ``rollout_len`` steps of
+    every env copy, 10 shuffled passes over minibatches of 256); it differs in what a batch may be (whole trajectories,
+    the reference's rule, with ``n_episodes``), in when
     values and log-probs are computed (at update time, by default) and in the early stop (checked before every
     gradient step, stopping all remaining passes of that agent). With ``async_training``, each update runs in a
     learner process while collection goes on with the previous policies (see the parameter).
@@ -66,19 +67,21 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         remaining progress (from 1 to 0).
     :param n_steps: If set, an update is due once every agent that has acted has finished trajectories covering
         at least ``n_steps`` transitions (reference: ``min_steps_per_epoch``), and it drains just enough of the
-        oldest ones; ``n_episodes`` is then ignored. None: ``rollout_len * n_envs`` if ``rollout_len`` is set (one
-        rollout of every env copy), else count episodes (``n_episodes``). NOTE: SB3's ``n_steps`` counts steps per
-        env copy; this one counts one agent's transitions over all copies: SB3's ``n_steps=N`` is ``rollout_len=N``
-        here.
-    :param n_episodes: An update is due once every agent that has acted has ``n_episodes`` finished
-        trajectories (reference: ``traj_per_epoch``), and it drains exactly that many, oldest first; the excess
-        waits for the next update. Ignored when ``n_steps`` or ``rollout_len`` is set; may then be None. A batch of
-        whole episodes grows with episode length: for a batch rule independent of it, use ``rollout_len``.
-    :param batch_size: Minibatch size, in transitions; None: the agent's whole batch is one minibatch (the
-        reference's; its number of gradient steps per sample then falls as episodes get longer).
-    :param n_epochs: The maximum number of passes over an agent's batch (reference: ``train_pi_iters``, 80). The
-        default, 20, was chosen by return per wall-clock second (``docs/hyperparameters.md``); where env steps cost
-        more than updates, more passes buy return per sample at little cost in time.
+        oldest ones; ``n_episodes`` is then ignored. None (the default): ``n_episodes`` trajectories if it is set, else
+        one rollout of every env copy (``rollout_len * n_envs`` transitions per agent). NOTE: SB3's ``n_steps`` counts
+        steps per env copy; this one counts one agent's transitions over all copies: SB3's ``n_steps=N`` is
+        ``rollout_len=N`` here.
+    :param n_episodes: If set (and ``n_steps`` is not), an update is due once every agent that has acted has
+        ``n_episodes`` finished trajectories (the reference's rule: ``traj_per_epoch``, 8), and it drains exactly that
+        many, oldest first; the excess waits for the next update. ``rollout_len`` still cuts longer trajectories into
+        pieces, each one counting: ``rollout_len=None`` gives the reference's whole episodes, a batch that grows with
+        episode length. None (the default): ``rollout_len``'s rule.
+    :param batch_size: Minibatch size, in transitions (SB3's PPO: 64; PettingZoo's SB3 tutorials: 256); None: the
+        agent's whole batch is one minibatch (the reference's; its number of gradient steps per sample then falls
+        as episodes get longer).
+    :param n_epochs: The maximum number of passes over an agent's batch (SB3's PPO: 10; the reference's
+        ``train_pi_iters``: 80). The defaults were chosen by return at equal wall-clock time across the benchmark
+        suite (``docs/hyperparameters.md``).
     :param gamma: Discount factor.
     :param gae_lambda: GAE's bias/variance trade-off (reference: ``lam``).
     :param time_limit_bootstrap: A truncated episode (a time limit: the env's, or ``max_episode_steps``) bootstraps
@@ -103,7 +106,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param sde_sample_freq: With ``use_sde``: draw new exploration matrices every this many vectorized env steps
         within a rollout; -1 (or 0): only at the start of each rollout.
     :param target_kl: If a minibatch's approximate KL exceeds ``1.5 * target_kl``, that agent stops all its
-        remaining passes (after or before that minibatch's gradient step: ``kl_stop``). None: no early stop.
+        remaining passes (after or before that minibatch's gradient step: ``kl_stop``). None (the default, as SB3's
+        PPO): no early stop; the reference used 0.01 with 80 passes.
     :param kl_stop: When the KL early stop is checked: ``"after_step"`` (the reference: the minibatch's gradient step
         is taken, then the passes stop) or ``"before_step"`` (SB3's PPO: the step is skipped). ``train/n_epochs_run``
         counts the passes that made at least one step either way.
@@ -118,8 +122,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param recompute_log_prob: Recompute log pi_old(a|s) with the current policy before the first gradient
         step, so the first minibatch's ratio is exactly 1. Trade-off: the ratio then carries no importance
         correction for data collected by an older policy; ``max_version_lag`` bounds how old that data can be.
-    :param shuffle_minibatches: Shuffle transitions before each pass. False (default) keeps stored order, so
-        minibatches hold contiguous pieces of trajectories.
+    :param shuffle_minibatches: Shuffle transitions before each pass (the default, as SB3's PPO). False (the
+        reference's) keeps stored order, so minibatches hold contiguous pieces of trajectories.
     :param normalize_obs: Keep per-agent running mean/std of observations (vector ``Box`` entries), updated
         during training, frozen in ``predict`` and evaluation, saved with the model.
     :param normalize_returns: Keep per-agent running statistics of the returns; the value head then predicts
@@ -127,18 +131,20 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param rollout_len: SB3's rollout length per env copy (SB3's ``n_steps``): every agent's trajectory in a copy is
         cut each time the agent's steps there reach a multiple of ``rollout_len``, counted across episode ends (an
         episode end in between closes a shorter piece; a cut chunk bootstraps from V(the next observation)), and,
-        with ``n_steps=None``, an update takes ``rollout_len * n_envs`` transitions per agent. Where every agent acts
-        in every step, that is an update every ``rollout_len`` steps of the copies, each batch collected by one policy
-        version, whatever the episode length: ``IPPO(..., rollout_len=128, batch_size=256, n_epochs=10,
-        target_kl=None, shuffle_minibatches=True)`` collects and updates every agent as SB3's ``PPO(...,
-        n_steps=128, batch_size=256)`` does (with IPPO's value targets: ``gae_lambda``, ``normalize_returns``). An
-        agent that sits out steps of a copy (it left its episode early, or joins late) counts only its own steps,
-        and an update waits for every agent that has acted. Refused for turn-based envs. None: trajectories are
-        whole episodes.
+        with neither ``n_steps`` nor ``n_episodes`` set, an update takes ``rollout_len * n_envs`` transitions per
+        agent. Where every agent acts in every step, that is an update every ``rollout_len`` steps of the copies, each
+        batch collected by one policy version, whatever the episode length: with the defaults (``rollout_len=128``,
+        ``batch_size=256``, ``n_epochs=10``, ``target_kl=None``, ``shuffle_minibatches=True``) every agent collects and
+        updates as SB3's ``PPO(..., n_steps=128, batch_size=256)`` does, with IPPO's value targets (``gae_lambda``,
+        ``normalize_returns``, ``time_limit_bootstrap``). An agent that sits out steps of a copy (it left its episode
+        early, or joins late) counts only its own steps, and an update waits for every agent that has acted. A
+        turn-based game is never cut (a move's reward arrives with the other players' replies): its updates take
+        whole games covering ``rollout_len * n_envs`` transitions per agent. None: trajectories are whole episodes
+        (then set ``n_steps`` or ``n_episodes``).
     :param max_episode_steps: Truncate every episode after this many env steps (None: the env decides).
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
-        Without ``n_steps`` or ``rollout_len``, it must be at least ``n_episodes``, or no update could ever be due.
+        Under ``n_episodes``' rule, it must be at least ``n_episodes``, or no update could ever be due.
     :param groups: ``{group name: [agent ids]}``: agents trained together (see ``batched``, ``share_parameters``,
         ``group_kwargs``). Agents it leaves out, or all agents when None, are grouped automatically: agents with the same
         id prefix (``agent_0``, ``agent_1`` -> ``agent``) and the same spaces. ``model.groups`` lists the result.
@@ -164,13 +170,16 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         must be at least 1). Runs stay reproducible with a seed. A learner that fails or dies makes ``learn`` raise
         a ``RuntimeError``; the model keeps its last applied weights. The policies must be picklable; a class written
         in the training script itself needs the script's ``if __name__ == "__main__":`` (``docs/algorithm.md``).
-        ``"auto"`` (the default): a learner process for a ``learn`` of at least 20,000 env steps
+        It pays only where the update is a large share of the time (many passes, large networks, cheap envs): with
+        the default update it bought 2% on simple_spread, and the one version of lag cost return, so False (the
+        default) updates in this process, each batch trained by the policy that collected it.
+        ``"auto"``: a learner process for a ``learn`` of at least 20,000 env steps
         (``AUTO_MIN_TIMESTEPS``, below which starting one does not pay) when this process has a second CPU core and
         may start processes (not a ``multiprocessing.Pool`` worker) and ``max_version_lag >= 1``; otherwise the
         updates run in this process, as with False. Where the policies cannot be sent to a learner (not picklable,
         a class of a notebook or of a script without that guard), one warning says why and training goes on here.
         So its results depend on the budget and the machine: set True or False for runs that must match across
-        machines (False: the synchronous reference).
+        machines.
     :param opponents: ``{agent id: opponent}``: seats that a fixed opponent plays and that never train (nothing of
         theirs is stored): ``"random"`` (uniform among the legal moves), any model's ``predict`` (an IPPO model plays
         the seat with its policy for that agent; ``PPO``, ``MaskablePPO``, a policy), or a function of the batched
@@ -203,9 +212,9 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         env: Any,
         learning_rate: float | Schedule = 3e-4,
         n_steps: int | None = None,
-        n_episodes: int | None = 8,
-        batch_size: int | None = None,
-        n_epochs: int = 20,
+        n_episodes: int | None = None,
+        batch_size: int | None = 256,
+        n_epochs: int = 10,
         gamma: float = 0.99,
         gae_lambda: float = 0.97,
         time_limit_bootstrap: bool = True,
@@ -217,23 +226,23 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         max_grad_norm: float | None = 0.5,
         use_sde: bool = False,
         sde_sample_freq: int = -1,
-        target_kl: float | None = 0.02,
+        target_kl: float | None = None,
         kl_stop: KLStop = "after_step",
         max_version_lag: int = 1,
         version_stamp: VersionStamp = "episode_end",
         recompute_values: bool = True,
         recompute_log_prob: bool = True,
-        shuffle_minibatches: bool = False,
+        shuffle_minibatches: bool = True,
         normalize_obs: bool = False,
         normalize_returns: bool = True,
-        rollout_len: int | None = None,
+        rollout_len: int | None = 128,
         max_episode_steps: int | None = None,
         max_buffered_episodes: int | None = None,
         groups: Mapping[str, list[AgentID]] | None = None,
         share_parameters: bool | Mapping[str, bool] = False,
         group_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         batched: bool = True,
-        async_training: bool | Literal["auto"] = "auto",
+        async_training: bool | Literal["auto"] = False,
         opponents: Mapping[AgentID, Any] | None = None,
         self_play_pool: Mapping[str, int] | None = None,
         stats_window_size: int = 100,
@@ -323,7 +332,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
                     "AECEnv or sb3_ippo.make_vec_env(...). To use a saved model without one, call IPPO.load(path)."
                 )
             self._use_env(as_multiagent_vec_env(env))
-            if self.rollout_len is not None and self.n_steps is None:
+            if self._rollout_rule():
                 self._check_hyperparameters()  # again with n_envs: rollout_len's batch is rollout_len * n_envs
             self._setup_model()
 
