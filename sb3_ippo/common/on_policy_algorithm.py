@@ -30,8 +30,8 @@ from sb3_ippo.common.logs import dump_logs, learned_summary, print_every, record
 from sb3_ippo.common.preprocessing import to_env_action
 from sb3_ippo.common.threads import learn_threads
 from sb3_ippo.common.type_aliases import AgentID, ObsArray
-from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.games.turn_based import is_turn_based_vec_env
+from sb3_ippo.update.learner import AUTO_MIN_TIMESTEPS, LearnerProcess, why_no_learner
 from sb3_ippo.update.ppo import UpdateStats
 from sb3_ippo.update.recurrent import RecurrentGroupRunner
 from sb3_ippo.update.trainer import Trainer, UpdateJob, UpdateResult
