@@ -39,6 +39,11 @@ reads them).
 - ``ippo_rollout25`` (only with ``--algos``): IPPO's defaults with ``rollout_len=25``: on MPE's 25-step episodes
   and 8 copies the same batches as the defaults (200 transitions per agent), on longer episodes as many gradient
   steps per sample as there.
+- ``ippo_share`` (only with ``--algos``): IPPO's defaults with ``share_parameters=True``: each group (sisl's
+  walkers or pursuers, all of simple_spread's agents) trains one shared network, the one-line setting for many
+  identical agents.
+- ``ippo_mb64`` (only with ``--algos``): IPPO's defaults with ``batch_size=64``, SB3 PPO's own default: 4x the
+  gradient steps per sample of the defaults' minibatches of 256.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -100,6 +105,8 @@ ALGOS = (
     "ippo_rollout25",
     "ippo_as_peer_sync",
     "ippo_before32",
+    "ippo_share",
+    "ippo_mb64",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -121,10 +128,13 @@ LABELS = {
     "ippo_as_peer_sync": "ippo_as_peer, updates in the training process (sisl's tuned settings)",
     "ippo_before32": "IPPO's defaults before issue 32 (whole episodes, 20 full-batch passes, KL stop, learner process)",
     "ippo_rollout25": "IPPO's defaults on rollouts of 25 steps per copy (MPE's batches, whatever the episode length)",
+    "ippo_share": "IPPO's defaults, each group sharing one network (share_parameters=True)",
+    "ippo_mb64": "IPPO's defaults with minibatches of 64 (SB3 PPO's default; 4x the gradient steps per sample)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
+    "peru", "indigo",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -201,6 +211,10 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # MPE's 25-step episodes on 8 copies (200 transitions per agent, an update every 25 steps of each copy): on MPE the
     # same batches as the defaults; on 500-step episodes (sisl) 20x more updates per sample than n_episodes=8 gives.
     "ippo_rollout25": {**BEFORE32, "n_episodes": None, "rollout_len": 25},
+    # The one-line setting for many identical agents: the defaults with each group sharing one network.
+    "ippo_share": {"share_parameters": True},
+    # The defaults with SB3 PPO's own minibatch size: 4x the gradient steps per sample of independent networks.
+    "ippo_mb64": {"batch_size": 64},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
