@@ -44,6 +44,10 @@ reads them).
   identical agents.
 - ``ippo_mb64`` (only with ``--algos``): IPPO's defaults with ``batch_size=64``, SB3 PPO's own default: 4x the
   gradient steps per sample of the defaults' minibatches of 256.
+- ``ippo_r32`` (only with ``--algos``): IPPO's defaults with ``rollout_len=32``: an update every 32 steps of each
+  copy, 4x the updates of the defaults with the same gradient steps per sample.
+- ``ippo_r32_e20_kl`` (only with ``--algos``): ``ippo_r32`` with ``n_epochs=20, target_kl=0.02``, the passes and KL
+  stop of the rule before issue 32 on SB3's cadence.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -107,6 +111,8 @@ ALGOS = (
     "ippo_before32",
     "ippo_share",
     "ippo_mb64",
+    "ippo_r32",
+    "ippo_r32_e20_kl",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -130,11 +136,13 @@ LABELS = {
     "ippo_rollout25": "IPPO's defaults on rollouts of 25 steps per copy (MPE's batches, whatever the episode length)",
     "ippo_share": "IPPO's defaults, each group sharing one network (share_parameters=True)",
     "ippo_mb64": "IPPO's defaults with minibatches of 64 (SB3 PPO's default; 4x the gradient steps per sample)",
+    "ippo_r32": "IPPO's defaults with rollouts of 32 steps per copy (4x the updates, the same gradient steps per sample)",
+    "ippo_r32_e20_kl": "ippo_r32 with 20 passes and the KL stop at 0.02 (the rule before issue 32 on SB3's cadence)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
-    "peru", "indigo",
+    "peru", "indigo", "crimson", "darkgreen",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -215,6 +223,12 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_share": {"share_parameters": True},
     # The defaults with SB3 PPO's own minibatch size: 4x the gradient steps per sample of independent networks.
     "ippo_mb64": {"batch_size": 64},
+    # The defaults with an update every 32 steps of each copy: 4x the updates (policy iterations) of rollouts of 128,
+    # the same gradient steps per sample (8 copies: one minibatch of 256 per pass).
+    "ippo_r32": {"rollout_len": 32},
+    # ``ippo_r32`` with the passes and KL stop of the rule before issue 32 (up to 20 passes, stop past 1.5 x 0.02): on
+    # MPE's 25-step episodes about that rule's batches, on SB3's cadence whatever the episode length.
+    "ippo_r32_e20_kl": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
