@@ -48,6 +48,8 @@ reads them).
   copy, 4x the updates of the defaults with the same gradient steps per sample.
 - ``ippo_r32_e20_kl`` (only with ``--algos``): ``ippo_r32`` with ``n_epochs=20, target_kl=0.02``, the passes and KL
   stop of the rule before issue 32 on SB3's cadence.
+- ``ippo_e20_kl`` (only with ``--algos``): IPPO's defaults with ``n_epochs=20, target_kl=0.02``: up to 2x the
+  gradient steps per sample, each update stopped once its KL passes 0.03.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -113,6 +115,7 @@ ALGOS = (
     "ippo_mb64",
     "ippo_r32",
     "ippo_r32_e20_kl",
+    "ippo_e20_kl",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -138,11 +141,12 @@ LABELS = {
     "ippo_mb64": "IPPO's defaults with minibatches of 64 (SB3 PPO's default; 4x the gradient steps per sample)",
     "ippo_r32": "IPPO's defaults with rollouts of 32 steps per copy (4x the updates, the same gradient steps per sample)",
     "ippo_r32_e20_kl": "ippo_r32 with 20 passes and the KL stop at 0.02 (the rule before issue 32 on SB3's cadence)",
+    "ippo_e20_kl": "IPPO's defaults with 20 passes and the KL stop at 0.02 (up to 2x the gradient steps per sample)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
-    "peru", "indigo", "crimson", "darkgreen",
+    "peru", "indigo", "crimson", "darkgreen", "slateblue",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -229,6 +233,8 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # ``ippo_r32`` with the passes and KL stop of the rule before issue 32 (up to 20 passes, stop past 1.5 x 0.02): on
     # MPE's 25-step episodes about that rule's batches, on SB3's cadence whatever the episode length.
     "ippo_r32_e20_kl": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02},
+    # The defaults with those passes and KL stop on rollouts of 128: up to 2x the gradient steps per sample.
+    "ippo_e20_kl": {"n_epochs": 20, "target_kl": 0.02},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
