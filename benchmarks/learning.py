@@ -50,6 +50,9 @@ reads them).
   stop of the rule before issue 32 on SB3's cadence.
 - ``ippo_e20_kl`` (only with ``--algos``): IPPO's defaults with ``n_epochs=20, target_kl=0.02``: up to 2x the
   gradient steps per sample, each update stopped once its KL passes 0.03.
+- ``ippo_before32_sync`` (only with ``--algos``): ``ippo_before32`` with ``async_training=False``.
+- ``ippo_r25_e20_kl`` (only with ``--algos``): ``ippo_r32_e20_kl`` with ``rollout_len=25``: on MPE's 25-step
+  episodes and 8 copies, the old rule's batches (8 whole episodes) on SB3's cadence.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -116,6 +119,8 @@ ALGOS = (
     "ippo_r32",
     "ippo_r32_e20_kl",
     "ippo_e20_kl",
+    "ippo_before32_sync",
+    "ippo_r25_e20_kl",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -142,11 +147,13 @@ LABELS = {
     "ippo_r32": "IPPO's defaults with rollouts of 32 steps per copy (4x the updates, the same gradient steps per sample)",
     "ippo_r32_e20_kl": "ippo_r32 with 20 passes and the KL stop at 0.02 (the rule before issue 32 on SB3's cadence)",
     "ippo_e20_kl": "IPPO's defaults with 20 passes and the KL stop at 0.02 (up to 2x the gradient steps per sample)",
+    "ippo_before32_sync": "IPPO's defaults before issue 32 with every update in the training process",
+    "ippo_r25_e20_kl": "ippo_r32_e20_kl on rollouts of 25 steps per copy (on MPE: whole episodes, 200 transitions)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
-    "peru", "indigo", "crimson", "darkgreen", "slateblue",
+    "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -235,6 +242,11 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_r32_e20_kl": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02},
     # The defaults with those passes and KL stop on rollouts of 128: up to 2x the gradient steps per sample.
     "ippo_e20_kl": {"n_epochs": 20, "target_kl": 0.02},
+    # The rule before issue 32 without its learner process: what the one-update lag changes.
+    "ippo_before32_sync": {**BEFORE32, "async_training": False},
+    # ``ippo_r32_e20_kl`` on rollouts of 25: on MPE's 25-step episodes and 8 copies the batches of the rule before
+    # issue 32 (8 whole episodes, one minibatch of 200), on SB3's cadence.
+    "ippo_r25_e20_kl": {"rollout_len": 25, "n_epochs": 20, "target_kl": 0.02},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
