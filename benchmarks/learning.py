@@ -245,7 +245,8 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # The rule before issue 32 without its learner process: what the one-update lag changes.
     "ippo_before32_sync": {**BEFORE32, "async_training": False},
     # ``ippo_r32_e20_kl`` on rollouts of 25: on MPE's 25-step episodes and 8 copies the batches of the rule before
-    # issue 32 (8 whole episodes, one minibatch of 200), on SB3's cadence.
+    # issue 32 (8 whole episodes, one minibatch of 200), on SB3's cadence; ``ippo_rollout25`` without its learner
+    # process (one shuffled minibatch of 200 where that row keeps stored order: the same mean loss).
     "ippo_r25_e20_kl": {"rollout_len": 25, "n_epochs": 20, "target_kl": 0.02},
 }
 SPREAD_REFERENCES = (
