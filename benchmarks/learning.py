@@ -53,6 +53,8 @@ reads them).
 - ``ippo_before32_sync`` (only with ``--algos``): ``ippo_before32`` with ``async_training=False``.
 - ``ippo_r25_e20_kl`` (only with ``--algos``): ``ippo_r32_e20_kl`` with ``rollout_len=25``: on MPE's 25-step
   episodes and 8 copies, the old rule's batches (8 whole episodes) on SB3's cadence.
+- ``ippo_r125`` (only with ``--algos``): IPPO's defaults with ``rollout_len=125``: on MPE no episode cut.
+- ``ippo_r50_e20_kl`` (only with ``--algos``): ``ippo_r25_e20_kl`` with ``rollout_len=50`` (whole episodes on MPE).
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -121,6 +123,8 @@ ALGOS = (
     "ippo_e20_kl",
     "ippo_before32_sync",
     "ippo_r25_e20_kl",
+    "ippo_r125",
+    "ippo_r50_e20_kl",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -149,6 +153,8 @@ LABELS = {
     "ippo_e20_kl": "IPPO's defaults with 20 passes and the KL stop at 0.02 (up to 2x the gradient steps per sample)",
     "ippo_before32_sync": "IPPO's defaults before issue 32 with every update in the training process",
     "ippo_r25_e20_kl": "ippo_r32_e20_kl on rollouts of 25 steps per copy (on MPE: whole episodes, 200 transitions)",
+    "ippo_r125": "IPPO's defaults on rollouts of 125 steps per copy (on MPE: 5 whole episodes, no cut)",
+    "ippo_r50_e20_kl": "ippo_r32_e20_kl on rollouts of 50 steps per copy (on MPE: 2 whole episodes, 400 transitions)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
@@ -248,6 +254,12 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # issue 32 (8 whole episodes, one minibatch of 200), on SB3's cadence; ``ippo_rollout25`` without its learner
     # process (one shuffled minibatch of 200 where that row keeps stored order: the same mean loss).
     "ippo_r25_e20_kl": {"rollout_len": 25, "n_epochs": 20, "target_kl": 0.02},
+    # The defaults on rollouts of 125 steps per copy: on MPE's 25-step episodes no episode is cut (128 cuts one per
+    # rollout), 1000 transitions per agent against 1024: what the cut costs at the defaults' size.
+    "ippo_r125": {"rollout_len": 125},
+    # ``ippo_r25_e20_kl`` on rollouts of 50: whole episodes again (on MPE) but a larger batch than ``ippo_r32_e20_kl``'s
+    # cut one (400 transitions against 256): separates the cut from the batch size.
+    "ippo_r50_e20_kl": {"rollout_len": 50, "n_epochs": 20, "target_kl": 0.02},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
