@@ -55,6 +55,10 @@ reads them).
   episodes and 8 copies, the old rule's batches (8 whole episodes) on SB3's cadence.
 - ``ippo_r125`` (only with ``--algos``): IPPO's defaults with ``rollout_len=125``: on MPE no episode cut.
 - ``ippo_r50_e20_kl`` (only with ``--algos``): ``ippo_r25_e20_kl`` with ``rollout_len=50`` (whole episodes on MPE).
+- ``ippo_cut`` (only with ``--algos``): IPPO's defaults with ``align_rollouts=False``: SB3's cadence to the step, every
+  rollout 128 steps long, cutting the episode in progress (the defaults of issue 32 before rollouts ended with the
+  episodes). The rows measured on those defaults (``ippo_rollout128_sync``, ``ippo_r32``, ``ippo_mb64``, ...) set it
+  too, so that they train as they did when measured; ``ippo_share`` follows the defaults.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -125,6 +129,7 @@ ALGOS = (
     "ippo_r25_e20_kl",
     "ippo_r125",
     "ippo_r50_e20_kl",
+    "ippo_cut",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -155,11 +160,12 @@ LABELS = {
     "ippo_r25_e20_kl": "ippo_r32_e20_kl on rollouts of 25 steps per copy (on MPE: whole episodes, 200 transitions)",
     "ippo_r125": "IPPO's defaults on rollouts of 125 steps per copy (on MPE: 5 whole episodes, no cut)",
     "ippo_r50_e20_kl": "ippo_r32_e20_kl on rollouts of 50 steps per copy (on MPE: 2 whole episodes, 400 transitions)",
+    "ippo_cut": "IPPO's defaults with align_rollouts=False (SB3's cadence to the step: rollouts of 128 cut episodes)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
-    "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue",
+    "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -177,6 +183,10 @@ BEFORE32: dict[str, Any] = {
     "n_episodes": 8, "rollout_len": None, "batch_size": None, "n_epochs": 20, "target_kl": 0.02,
     "shuffle_minibatches": False, "async_training": "auto",
 }
+# The defaults of issue 32 before rollouts ended with the episodes: SB3's cadence to the step, every rollout of
+# rollout_len steps, cutting the episode in progress. The rows measured on those defaults are written relative to
+# them (``**CUT``), so that they keep training as they did when their figures were taken.
+CUT: dict[str, Any] = {"align_rollouts": False}
 # The keyword arguments of each IPPO row (time_to_quality.py takes them too).
 IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo": {},
@@ -210,26 +220,26 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # agent), raw returns for the value head, and a time limit as a termination (SuperSuit's SB3 wrapper does not mark
     # truncations). What is left of a gap is IPPO's machinery.
     "ippo_as_peer": {
-        **BEFORE32, "n_episodes": None,
+        **BEFORE32, **CUT, "n_episodes": None,
         "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
         "rollout_len": 256, "normalize_returns": False, "time_limit_bootstrap": False,
     },
     "ippo_before32": BEFORE32,
     # ``ippo_as_peer`` with every update in the training process: sisl's tuned settings as they run from issue 32 on.
     "ippo_as_peer_sync": {
-        "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
+        **CUT, "share_parameters": True, "n_epochs": 10, "batch_size": 256, "target_kl": None, "shuffle_minibatches": True,
         "rollout_len": 256, "normalize_returns": False, "time_limit_bootstrap": False, "async_training": False,
     },
     # The batch rule independent of episode length on IPPO's own networks (one per agent): SB3's rollout of 128 steps
     # per copy and SB3's PPO update (10 shuffled passes over minibatches of 256, no KL stop), IPPO's value targets.
     "ippo_rollout128": {
-        **BEFORE32, "n_episodes": None,
+        **BEFORE32, **CUT, "n_episodes": None,
         "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
     },
     # ``ippo_rollout128`` with every update in the training process (``async_training=False``): each batch collected
     # by the policy it trains, no one-update lag of a learner process: the defaults since issue 32.
     "ippo_rollout128_sync": {
-        "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
+        **CUT, "rollout_len": 128, "batch_size": 256, "n_epochs": 10, "target_kl": None, "shuffle_minibatches": True,
         "async_training": False,
     },
     # IPPO's defaults with the batch rule independent of episode length, at the size the defaults' n_episodes=8 give
@@ -239,15 +249,15 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # The one-line setting for many identical agents: the defaults with each group sharing one network.
     "ippo_share": {"share_parameters": True},
     # The defaults with SB3 PPO's own minibatch size: 4x the gradient steps per sample of independent networks.
-    "ippo_mb64": {"batch_size": 64},
+    "ippo_mb64": {**CUT, "batch_size": 64},
     # The defaults with an update every 32 steps of each copy: 4x the updates (policy iterations) of rollouts of 128,
     # the same gradient steps per sample (8 copies: one minibatch of 256 per pass).
-    "ippo_r32": {"rollout_len": 32},
+    "ippo_r32": {**CUT, "rollout_len": 32},
     # ``ippo_r32`` with the passes and KL stop of the rule before issue 32 (up to 20 passes, stop past 1.5 x 0.02): on
     # MPE's 25-step episodes about that rule's batches, on SB3's cadence whatever the episode length.
-    "ippo_r32_e20_kl": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02},
+    "ippo_r32_e20_kl": {**CUT, "rollout_len": 32, "n_epochs": 20, "target_kl": 0.02},
     # The defaults with those passes and KL stop on rollouts of 128: up to 2x the gradient steps per sample.
-    "ippo_e20_kl": {"n_epochs": 20, "target_kl": 0.02},
+    "ippo_e20_kl": {**CUT, "n_epochs": 20, "target_kl": 0.02},
     # The rule before issue 32 without its learner process: what the one-update lag changes.
     "ippo_before32_sync": {**BEFORE32, "async_training": False},
     # ``ippo_r32_e20_kl`` on rollouts of 25: on MPE's 25-step episodes and 8 copies the batches of the rule before
@@ -260,6 +270,8 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # ``ippo_r25_e20_kl`` on rollouts of 50: whole episodes again (on MPE) but a larger batch than ``ippo_r32_e20_kl``'s
     # cut one (400 transitions against 256): separates the cut from the batch size.
     "ippo_r50_e20_kl": {"rollout_len": 50, "n_epochs": 20, "target_kl": 0.02},
+    # The defaults of issue 32 before rollouts ended with the episodes (the previous default, to compare against).
+    "ippo_cut": CUT,
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),

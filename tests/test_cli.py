@@ -344,9 +344,22 @@ def test_log_interval_check_counts_updates_on_the_rollout_cadence(
     # An update every 5 steps of each of 2 copies: 10 updates in 100 env steps, whatever the episodes' length.
     rollout = ["--rollout-len", "5", "--n-episodes", "None"]
     err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *QUICK, *rollout, "--log-interval", "50"])
-    assert "about 10 updates" in err and "rollout_len=5 steps of each of the 2 env copies" in err
+    assert "about 10 updates" in err and "rollouts of 5 steps of each of the 2 env copies (rollout_len=5)" in err
     train(tmp_path / "run", *rollout, "--log-interval", "4")
     assert (tmp_path / "run" / "learning_curve.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("align", "rollout", "updates"),
+    # 10-step episodes: rollouts of 15 end with the first episode (20 env steps per update), or cut the second (30).
+    [("True", 10, 5), ("False", 15, 3)],
+)
+def test_log_interval_check_counts_rollouts_that_end_with_the_episodes(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], align: str, rollout: int, updates: int
+) -> None:
+    options = ["--rollout-len", "15", "--n-episodes", "None", "--align-rollouts", align, "--log-interval", "50"]
+    err = usage_error(capsys, ["train", "--out", str(tmp_path / "run"), *QUICK, *options])
+    assert f"about {updates} updates" in err and f"rollouts of {rollout} steps of each of the 2 env copies" in err
 
 
 def test_hyperparameter_file_one_section_per_env(tmp_path: pathlib.Path) -> None:

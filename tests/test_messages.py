@@ -64,6 +64,7 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
     ("use_sde", "yes", "True or False"),
     ("sde_sample_freq", 2.5, "an integer: new gSDE exploration matrices every n env steps, or -1"),
     ("normalize_returns", None, "True or False"),
+    ("align_rollouts", "yes", "True or False"),
     ("rollout_len", 0, "a positive integer"),
     ("max_episode_steps", -5, "a positive integer"),
     ("max_buffered_episodes", 0, "a positive integer"),

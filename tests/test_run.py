@@ -32,6 +32,7 @@ from tests.helpers import (
     make_model,
     parameters,
     record_logs,
+    record_trajectories,
 )
 
 
@@ -175,6 +176,37 @@ def test_rollout_len_updates_every_rollout_len_steps_of_each_copy_on_fresh_data(
         assert batches == {agent: (8, {version}) for agent in model.possible_agents}
     assert model.stale_episodes_dropped == 0
     assert all(not buffer.finished for buffer in model.buffers.values())
+
+
+@pytest.mark.parametrize(
+    ("rollout_len", "align_rollouts", "updates_at", "lengths"),
+    [
+        # 3-step episodes: a rollout of 4 ends with the first (3 + 3 > 4), a rollout of 7 with the second (6 + 3 > 7).
+        (4, True, [6, 12, 18, 24], {3}),
+        (7, True, [12, 24], {3}),
+        # SB3's cadence to the step: rollouts of 4 cut every other episode.
+        (4, False, [8, 16, 24], {1, 2, 3}),
+    ],
+)
+def test_rollouts_end_at_an_episode_end_of_every_copy_where_another_episode_would_not_fit(
+    rollout_len: int, align_rollouts: bool, updates_at: list[int], lengths: set[int]
+) -> None:
+    env = make_vec_env(lambda: VariableLengthEnv(n_agents=2, min_length=3, max_length=3), n_envs=2, seed=3)
+    model = make_model(env, rollout_len=rollout_len, align_rollouts=align_rollouts, n_episodes=None, async_training=False)
+    updates: list[int] = []
+    drained = record_trajectories(model)
+    prepare_update = model._prepare_update
+
+    def recording_prepare_update() -> Any:
+        updates.append(model.num_timesteps)
+        return prepare_update()
+
+    model._prepare_update = recording_prepare_update  # type: ignore[method-assign]
+    model.learn(24)
+
+    assert updates == updates_at
+    assert {len(trajectory) for trajectory in drained} == lengths
+    assert model.stale_episodes_dropped == 0 and all(not buffer.finished for buffer in model.buffers.values())
 
 
 def test_max_episode_steps_truncates_episodes() -> None:

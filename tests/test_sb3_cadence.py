@@ -1,7 +1,9 @@
-"""The default batch rule end to end against SB3: one rollout of ``rollout_len`` steps of every copy, on a real
-PettingZoo env whose episodes do not divide the rollout, gives each agent the advantages and returns that SB3's
-``RolloutBuffer`` computes from the same steps (episodes cut by the rollout's end bootstrap from V(next obs), time
-limits from V(final obs), as SB3's ``collect_rollouts`` adds ``gamma * V(terminal_observation)`` to the last reward).
+"""The default batch rule end to end against SB3: one rollout of every copy, on a real PettingZoo env whose episodes do
+not divide ``rollout_len``, gives each agent the advantages and returns that SB3's ``RolloutBuffer`` computes from the
+same steps (episodes cut by the rollout's end bootstrap from V(next obs), time limits from V(final obs), as SB3's
+``collect_rollouts`` adds ``gamma * V(terminal_observation)`` to the last reward). With ``align_rollouts=False`` the
+rollout is SB3's ``n_steps=rollout_len`` to the step; with the default, it ends at the episode end every copy reaches
+together, as SB3's rollout of that many steps would.
 """
 
 from __future__ import annotations
@@ -106,26 +108,35 @@ def sb3_advantages(model: IPPO, agent: str, steps: list[dict[str, Any]]) -> tupl
 
 
 @pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize(
+    ("align_rollouts", "rollout_steps", "lengths"),
+    [
+        # Per copy: a whole 5-step episode (a time limit), then the first 2 steps of the next, cut by the rollout.
+        (False, ROLLOUT_LEN, [EPISODE_LEN] * N_ENVS + [ROLLOUT_LEN - EPISODE_LEN] * N_ENVS),
+        # Another 5-step episode would not fit in the rollout of 7: it ends with the first episodes, none cut.
+        (True, EPISODE_LEN, [EPISODE_LEN] * N_ENVS),
+    ],
+)
 def test_one_rollout_of_the_default_rule_has_sb3_rollout_buffer_advantages(
-    monkeypatch: pytest.MonkeyPatch, batched: bool
+    monkeypatch: pytest.MonkeyPatch, batched: bool, align_rollouts: bool, rollout_steps: int, lengths: list[int]
 ) -> None:
     env = make_vec_env(simple_spread_v3.parallel_env, n_envs=N_ENVS, seed=0, env_kwargs=dict(N=2, max_cycles=EPISODE_LEN))
     # A learning rate of 0: the update leaves the networks as they were, so SB3's values can be computed after it.
     model = IPPO(
-        "MlpPolicy", env, rollout_len=ROLLOUT_LEN, gamma=GAMMA, gae_lambda=GAE_LAMBDA, learning_rate=lambda _: 0.0,
-        normalize_returns=False, n_epochs=1, batched=batched, policy_kwargs=dict(net_arch=[16]), seed=0,
+        "MlpPolicy", env, rollout_len=ROLLOUT_LEN, align_rollouts=align_rollouts, gamma=GAMMA, gae_lambda=GAE_LAMBDA,
+        learning_rate=lambda _: 0.0, normalize_returns=False, n_epochs=1, batched=batched,
+        policy_kwargs=dict(net_arch=[16]), seed=0,
     )  # fmt: skip
     steps = record_steps(model)
     built = record_batches(monkeypatch)
 
-    model.learn(ROLLOUT_LEN * N_ENVS)
+    model.learn(rollout_steps * N_ENVS)
 
     assert model.policy_version == 1 and len(built) == len(model.possible_agents)
     expected = {agent: sb3_advantages(model, agent, steps[agent]) for agent in model.possible_agents}
     matched = []
     for drained, batch in built:
-        # Per copy: a whole 5-step episode (a time limit), then the first 2 steps of the next, cut by the rollout.
-        assert drained.lengths == [EPISODE_LEN] * N_ENVS + [ROLLOUT_LEN - EPISODE_LEN] * N_ENVS
+        assert drained.lengths == lengths
         observations = batch.observations.numpy()
         [agent] = [agent for agent, table in expected.items() if np.array_equal(table[0], observations)]
         matched.append(agent)

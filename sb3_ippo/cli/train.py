@@ -77,9 +77,13 @@ def estimated_updates(env_factory: EnvFactory, settings: TrainSettings) -> tuple
         first = -(-h["n_episodes"] // settings.n_envs) * per_round
         per_update = h["n_episodes"] * length
     else:
-        # SB3's cadence: an update every rollout_len steps of each copy, whatever the episodes' length.
-        how = f"rollout_len={h['rollout_len']} steps of each of the {settings.n_envs} env copies"
-        first = per_update = h["rollout_len"] * settings.n_envs
+        # SB3's cadence: an update every rollout_len steps of each copy, whatever the episodes' length; with
+        # align_rollouts, episodes that fit in a rollout (the copies finishing together) end it at the last of them.
+        rollout = h["rollout_len"]
+        if h["align_rollouts"] and length <= rollout:
+            rollout = length * (rollout // length)
+        how = f"rollouts of {rollout} steps of each of the {settings.n_envs} env copies (rollout_len={h['rollout_len']})"
+        first = per_update = rollout * settings.n_envs
     updates = 0 if settings.timesteps < first else 1 + (settings.timesteps - first) // per_update
     return updates, how
 

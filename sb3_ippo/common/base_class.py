@@ -52,6 +52,7 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
     max_version_lag: int
     version_stamp: VersionStamp
     rollout_len: int | None
+    align_rollouts: bool
     max_episode_steps: int | None
     max_buffered_episodes: int | None
     async_training: bool | Literal["auto"]
@@ -149,6 +150,7 @@ class MultiAgentBaseAlgorithm(BaseAlgorithm):
             "_last_episode_starts",
             "clip_range_schedule",
             "_update_in_flight",
+            "_rollout_ended",
             "_learner",
             "_agent_groups",
             "_group_of",

@@ -289,6 +289,13 @@ class AgentEpisodeBuffer:
             self._open[i] = None
         return dropped
 
+    def end_rollout(self) -> None:
+        """Start every copy's next ``rollout_len`` rollout now, at an episode end of every copy (IPPO's
+        ``align_rollouts``): its next cut comes ``rollout_len`` steps on, and nothing is cut here, since no trajectory
+        is open."""
+        assert all(trajectory is None for trajectory in self._open), "a rollout ends early only where every episode ended"
+        self.steps_since_cut = [0] * self.n_envs
+
     @staticmethod
     def is_stale(trajectory: Trajectory, current_version: int, max_version_lag: int) -> bool:
         return current_version - trajectory.policy_version > max_version_lag
@@ -327,14 +334,15 @@ class AgentEpisodeBuffer:
         self, n_episodes: int | None, n_steps: int | None, current_version: int, max_version_lag: int
     ) -> list[Trajectory]:
         """Drop the stale trajectories, then take the oldest fresh ones: enough to cover ``n_steps`` transitions if
-        set, else ``n_episodes`` trajectories. The excess stays for the next update."""
+        set, else ``n_episodes`` trajectories if set, else all of them (a rollout that ended early, at an episode end
+        of every copy). The excess stays for the next update."""
         self.drop_stale(current_version, max_version_lag)
         batch: list[Trajectory] = []
         n_transitions = 0
         while self.finished:
             if n_steps is not None and n_transitions >= n_steps:
                 break
-            if n_steps is None and (n_episodes is None or len(batch) >= n_episodes):
+            if n_steps is None and n_episodes is not None and len(batch) >= n_episodes:
                 break
             trajectory = self.finished.popleft()
             batch.append(trajectory)

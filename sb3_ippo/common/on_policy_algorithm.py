@@ -23,7 +23,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 
 from sb3_ippo.common.acting import select_rows
 from sb3_ippo.common.base_class import MultiAgentBaseAlgorithm
-from sb3_ippo.common.buffer import AgentEpisodeBuffer
+from sb3_ippo.common.buffer import AgentEpisodeBuffer, Trajectory
 from sb3_ippo.common.checks import check_env_matches, no_update_message
 from sb3_ippo.common.export import export_agent
 from sb3_ippo.common.logs import dump_logs, learned_summary, print_every, record_update, throttle_stdout
@@ -45,6 +45,8 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
     policies, runners, trainer and buffers that its subclass's ``_setup_model`` builds."""
 
     _update_in_flight: UpdateJob | None
+    # align_rollouts: the rollout in progress ended early, at an episode end of every copy; its update is due.
+    _rollout_ended: bool
     _learner: LearnerProcess | None
     _trainer: Trainer
 
@@ -90,11 +92,36 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
     def _update_trigger(self) -> tuple[int | None, int | None]:
         """``(n_episodes, n_steps)`` of the batch rule, as the buffers take them: ``n_steps`` transitions per agent if set;
         else ``n_episodes`` trajectories per agent if set (the reference's rule); else one rollout of every copy
-        (``rollout_len * n_envs`` transitions per agent, the default)."""
+        (``rollout_len * n_envs`` transitions per agent, the default), or, for a rollout that ended early
+        (``align_rollouts``), ``(None, None)``: every fresh trajectory."""
         rollout_len = self.rollout_len
         if rollout_len is not None and self._rollout_rule():
-            return None, rollout_len * self.n_envs
+            return (None, None) if self._rollout_ended else (None, rollout_len * self.n_envs)
         return self.n_episodes, self.n_steps
+
+    def _end_rollout_at_shared_episode_end(self, step: MultiAgentStep) -> None:
+        """``align_rollouts``: end the rollout now if every copy's episode ended in ``step`` and another episode as long
+        as the longest of them would not fit in the rollout's ``rollout_len`` steps, so that the next rollout starts
+        with whole episodes instead of cutting one in every copy. Copies whose episodes do not end together (episodes
+        of varying length, a restarted copy) never end a rollout early: SB3's cadence applies."""
+        if not (step.dones.all() and self.align_rollouts and self._rollout_rule() and self._cut_len is not None):
+            return
+        lengths = [info["episode"]["l"] for info in step.infos if "episode" in info]
+        # Steps of each copy in this rollout (0 where rollout_len's cut fell on this very step: the rollout is whole).
+        rollout_steps = max(max(buffer.steps_since_cut) for buffer in self.buffers.values())
+        if len(lengths) < len(step.dones) or rollout_steps == 0 or rollout_steps + max(lengths) <= self._cut_len:
+            return
+        for buffer in self.buffers.values():
+            buffer.end_rollout()
+        self._rollout_ended = True
+
+    def _drain(self) -> dict[AgentID, list[Trajectory]]:
+        """Each agent's batch of the update that is due, drained from its buffer (dropping stale trajectories); agents
+        with none are left out. The rollout that ended early, if one did, is then over."""
+        trigger = (*self._update_trigger(), self.policy_version, self.max_version_lag)
+        self._rollout_ended = False
+        drained = {agent: self.buffers[agent].drain(*trigger) for agent in self.possible_agents}
+        return {agent: trajectories for agent, trajectories in drained.items() if trajectories}
 
     @property
     def _cut_len(self) -> int | None:
@@ -246,11 +273,14 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
         warnings.warn(message, UserWarning, stacklevel=3)
 
     def _update_due(self) -> bool:
-        """An update is due when every agent that has acted so far has enough fresh finished trajectories.
+        """An update is due when every agent that has acted so far has enough fresh finished trajectories, or when the
+        rollout ended early (``align_rollouts``) and any agent has some.
 
         :raises ValueError: when an agent's buffer is full of fresh trajectories that are not enough for an update
             (``max_buffered_episodes`` too small for ``n_steps``): no update could ever come.
         """
+        if self._rollout_ended:
+            return any(buffer.fresh_counts(self.policy_version, self.max_version_lag)[0] for buffer in self.buffers.values())
         n_episodes, n_steps = self._update_trigger()
         trigger = (n_episodes, n_steps, self.policy_version, self.max_version_lag)
         if self._update_in_flight is None:
@@ -345,6 +375,7 @@ class MultiAgentOnPolicyAlgorithm(MultiAgentBaseAlgorithm):
                 )
                 self._agents_seen.add(agent)
             self._credit_waiting_agents(step, learning)
+            self._end_rollout_at_shared_episode_end(step)
             self._end_recurrent_episodes(step)
             self._count_dropped_episodes()
 

@@ -39,6 +39,7 @@ RULES: dict[str, tuple[Check, str]] = {
     ),
     "normalize_returns": (is_bool, TRUE_OR_FALSE),
     "rollout_len": (optional(positive_int), POSITIVE_INT + " (steps of each env copy per rollout) or None (whole episodes)"),
+    "align_rollouts": (is_bool, TRUE_OR_FALSE),
     "max_episode_steps": (optional(positive_int), POSITIVE_INT + " or None (the env decides)"),
     "max_buffered_episodes": (optional(positive_int), POSITIVE_INT + " or None (unbounded)"),
     "version_stamp": (lambda value: value in VERSION_STAMPS, '"episode_end" (the reference) or "first_step"'),

@@ -141,6 +141,12 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         turn-based game is never cut (a move's reward arrives with the other players' replies): its updates take
         whole games covering ``rollout_len * n_envs`` transitions per agent. None: trajectories are whole episodes
         (then set ``n_steps`` or ``n_episodes``).
+    :param align_rollouts: Under ``rollout_len``'s rule, end a rollout early at a step where every env copy's episode
+        ended, when another episode as long as those would not fit in the rollout: the next rollout then starts with
+        whole episodes, none cut. Where episodes have one length and the copies run in step (MPE's ``max_cycles``,
+        pursuit), every update thus takes whole episodes (on MPE's 25-step episodes and ``rollout_len=128``: rollouts
+        of 125 steps), which learned far better than cutting them (``docs/hyperparameters.md``); where episodes end at
+        different steps in different copies, rollouts are SB3's. False: SB3's cadence to the step, episodes cut.
     :param max_episode_steps: Truncate every episode after this many env steps (None: the env decides).
     :param max_buffered_episodes: Per agent, at most this many finished trajectories wait for an update; when
         full (after dropping stale ones), new trajectories are rejected and counted in ``rejected_episodes``.
@@ -236,6 +242,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         normalize_obs: bool = False,
         normalize_returns: bool = True,
         rollout_len: int | None = 128,
+        align_rollouts: bool = True,
         max_episode_steps: int | None = None,
         max_buffered_episodes: int | None = None,
         groups: Mapping[str, list[AgentID]] | None = None,
@@ -301,6 +308,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         self.normalize_obs = normalize_obs
         self.normalize_returns = normalize_returns
         self.rollout_len = rollout_len
+        self.align_rollouts = align_rollouts
         self.max_episode_steps = max_episode_steps
         self.max_buffered_episodes = max_buffered_episodes
         self.group_definition = groups
@@ -323,6 +331,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
         self.update_stats = {}
         self._update_in_flight = None
         self._learner = None
+        self._rollout_ended = False
 
         if _init_setup_model:
             self._check_hyperparameters()
@@ -445,11 +454,7 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
 
     def _prepare_update(self) -> UpdateJob:
         """Drain the batches (dropping stale trajectories) and read each group's settings at the current progress."""
-        trajectories = {}
-        for agent in self.possible_agents:
-            drained = self.buffers[agent].drain(*self._update_trigger(), self.policy_version, self.max_version_lag)
-            if drained:
-                trajectories[agent] = drained
+        trajectories = self._drain()
         self._count_dropped_episodes()
         generator_seeds = None
         if any(settings.shuffle_minibatches for settings in self._update_settings.values()):
