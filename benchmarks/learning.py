@@ -7,8 +7,9 @@ over seeds and the spread (min..max over seeds). After training, each model is e
 episodes (deterministic and stochastic actions) and saved next to its cached run (``benchmarks/cross_play.py``
 reads them).
 
-- IPPO runs with its defaults (rollouts of 128 steps of every copy, 10 shuffled passes over minibatches of 256, no
-  KL stop, normalize_returns, 64x64 networks, updates in the training process); ``ippo_before32`` with those
+- IPPO runs with its defaults (rollouts of 128 steps of every copy, ending early with the episodes where every copy's
+  episodes end together: 125 on MPE; 10 shuffled passes over minibatches of 256, no KL stop, normalize_returns, 64x64
+  networks, updates in the training process); ``ippo_before32`` with those
   before issue 32 (n_episodes 8, n_epochs 20, target_kl 0.02, batch_size None, ``async_training="auto"``).
 - ``ippo_shared`` (only with ``--algos``): IPPO's defaults with ``share_parameters={"agent": True}``: the good
   agents of simple_adversary (all agents of simple_spread) share one network, the adversary keeps its own.

@@ -7,11 +7,10 @@ since the start of ``learn`` (``time.perf_counter``; ``common.EpisodeRecorder`` 
 
 The algorithms (``--algos``):
 
-- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them (since issue 22: n_epochs 20, and
-  ``async_training="auto"``, which runs the updates of a budget of at least 20,000 env steps in a learner process on
-  a machine with a second CPU core); for screens, any IPPO variant of the learning comparison
-  (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g. ``ippo_async_e20``, or ``ippo_e80_sync``: the defaults
-  before issue 22).
+- ``ippo``: IPPO with its defaults, as ``IPPO(policy, env, seed=seed)`` gives them (``docs/hyperparameters.md``;
+  since issue 32 SB3's cadence and update, synchronous, with rollouts that end with the episodes where they can); for
+  screens, any IPPO variant of the learning comparison (``benchmarks/learning.py``'s ``IPPO_VARIANTS``, e.g.
+  ``ippo_cut``: the defaults with every rollout cut at 128 steps, or ``ippo_before32``: the defaults before issue 32).
 - ``mappo``: MAPPO (``sb3_ippo.MAPPO``) at IPPO's defaults with ``critic_input="state"`` (the env's ``state()``):
   the same actors, a centralized critic (``docs/algorithm.md``, "IPPO or MAPPO"). Not run where the policy is not
   an MLP (pistonball). ``--ippo-timesteps`` applies to it as to the IPPO rows.

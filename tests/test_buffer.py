@@ -284,6 +284,21 @@ def test_rollout_len_counts_only_the_steps_the_agent_acted_in() -> None:
     assert lengths(buffer.finished) == [2, 2, 4]
 
 
+def test_a_rollout_ended_with_the_episodes_starts_the_next_count_at_zero() -> None:
+    # A 3-step episode, then the rollout ends with it (align_rollouts): the next episode of 6 is cut at 4 of its own
+    # steps, not at 4 steps of the copy (which would cut it after 1), and drain takes every finished trajectory.
+    buffer = AgentEpisodeBuffer(n_envs=1, rollout_len=4)
+    feeder = Feeder(buffer)
+    feeder.episode(3)
+
+    buffer.end_rollout()
+    feeder.episode(6)
+
+    assert lengths(buffer.finished) == [3, 4, 2]
+    assert lengths(buffer.drain(None, None, current_version=0, max_version_lag=1)) == [3, 4, 2]
+    assert not buffer.finished
+
+
 def test_a_forgotten_trajectory_leaves_its_copys_rollout_count() -> None:
     # After a cut at 4, the episode ends at 6 (a chunk of 2) and the next one is lost after 1 step (drop_open): the
     # next cut comes when the copy's kept steps reach 8, so each cut still closes whole rollouts of kept transitions.
