@@ -2,7 +2,8 @@
 
 One :class:`AgentEpisodeBuffer` per agent. During collection it keeps one open trajectory per env copy and
 closes it when the agent's episode ends (terminated or truncated) or when ``rollout_len`` cuts it: every
-``rollout_len`` of the agent's steps in that copy, counted across episode ends (SB3's rollout cadence). Finished
+``rollout_len`` of the agent's steps in that copy, counted across episode ends (SB3's rollout cadence), the count
+starting again where a rollout ended early with the episodes (``end_rollout``). Finished
 trajectories wait in arrival order until an update drains them; stale ones (collected by a policy more than
 ``max_version_lag`` versions old) are dropped and counted, never trained on.
 """
