@@ -18,6 +18,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 import sb3_ippo.update.batch
 import sb3_ippo.update.stacked_update
 from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo.common.buffer import copy_row
 from sb3_ippo.update.batch import AgentBatch, DrainedBatch
 
 mpe2 = pytest.importorskip("mpe2")
@@ -36,17 +37,11 @@ def record_steps(model: IPPO) -> dict[str, list[dict[str, Any]]]:
         def recording_add(*args: Any, add: Any = add, agent: str = agent) -> None:
             names = ("acted", "obs", "actions", "rewards", "values", "log_probs", "terminations", "truncations",
                      "next_obs", "final_obs")  # fmt: skip
-            steps[agent].append({name: _copy(value) for name, value in zip(names, args, strict=False)})
+            steps[agent].append({name: copy_row(value) for name, value in zip(names, args, strict=False)})
             add(*args)
 
         buffer.add = recording_add  # type: ignore[method-assign]
     return steps
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: np.array(row, copy=True) for key, row in value.items()}
-    return np.array(value, copy=True)
 
 
 def record_batches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[DrainedBatch, AgentBatch]]:
