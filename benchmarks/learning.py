@@ -60,6 +60,11 @@ reads them).
   rollout 128 steps long, cutting the episode in progress (the defaults of issue 32 before rollouts ended with the
   episodes). The rows measured on those defaults (``ippo_rollout128_sync``, ``ippo_r32``, ``ippo_mb64``, ...) set it
   too, so that they train as they did when measured; ``ippo_share`` follows the defaults.
+- ``ippo_lin`` (only with ``--algos``): IPPO's defaults with SB3's ``LinearSchedule(3e-4, 0.0, 1.0)``: the learning
+  rate decays from 3e-4 to 0 over the run (``--learning-rate lin_3e-4`` on the command line).
+- ``ippo_norm_obs`` (only with ``--algos``): IPPO's defaults with ``normalize_obs=True``.
+- ``ippo_e20_kl_lin`` (only with ``--algos``): ``rollout_len=32, n_epochs=20, target_kl=0.02`` (rollouts ending with the
+  episodes: on MPE the old rule's batches of 8 whole episodes) with ``ippo_lin``'s decaying learning rate.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -100,6 +105,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.utils import LinearSchedule
 
 ALGOS = (
     "ippo",
@@ -131,6 +137,9 @@ ALGOS = (
     "ippo_r125",
     "ippo_r50_e20_kl",
     "ippo_cut",
+    "ippo_lin",
+    "ippo_norm_obs",
+    "ippo_e20_kl_lin",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -162,11 +171,15 @@ LABELS = {
     "ippo_r125": "IPPO's defaults on rollouts of 125 steps per copy (on MPE: 5 whole episodes, no cut)",
     "ippo_r50_e20_kl": "ippo_r32_e20_kl on rollouts of 50 steps per copy (on MPE: 2 whole episodes, 400 transitions)",
     "ippo_cut": "IPPO's defaults with align_rollouts=False (SB3's cadence to the step: rollouts of 128 cut episodes)",
+    "ippo_lin": "IPPO's defaults with the learning rate decaying linearly from 3e-4 to 0 over the run",
+    "ippo_norm_obs": "IPPO's defaults with normalize_obs=True (per-agent running observation statistics)",
+    "ippo_e20_kl_lin": "rollouts of 32 steps per copy, 20 passes, KL stop at 0.02, the learning rate decaying to 0",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
     "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
+    "darkorange", "rosybrown", "darkkhaki",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -273,6 +286,13 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_r50_e20_kl": {"rollout_len": 50, "n_epochs": 20, "target_kl": 0.02},
     # The defaults of issue 32 before rollouts ended with the episodes (the previous default, to compare against).
     "ippo_cut": CUT,
+    # The defaults with SB3's linear schedule from 3e-4 to 0 over the run (``--learning-rate lin_3e-4``).
+    "ippo_lin": {"learning_rate": LinearSchedule(3e-4, 0.0, 1.0)},
+    # The defaults with running observation statistics per agent (rl-zoo's ``normalize: true`` of walker tasks).
+    "ippo_norm_obs": {"normalize_obs": True},
+    # ``ippo_r32_e20_kl`` with rollouts that end with the episodes (on MPE: ``ippo_r25_e20_kl``, the batches of the rule
+    # before issue 32) and the learning rate of ``ippo_lin``.
+    "ippo_e20_kl_lin": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02, "learning_rate": LinearSchedule(3e-4, 0.0, 1.0)},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
