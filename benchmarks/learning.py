@@ -65,6 +65,8 @@ reads them).
 - ``ippo_norm_obs`` (only with ``--algos``): IPPO's defaults with ``normalize_obs=True``.
 - ``ippo_e20_kl_lin`` (only with ``--algos``): ``rollout_len=32, n_epochs=20, target_kl=0.02`` (rollouts ending with the
   episodes: on MPE the old rule's batches of 8 whole episodes) with ``ippo_lin``'s decaying learning rate.
+- ``ippo_std`` (only with ``--algos``): IPPO's defaults with ``policy_kwargs=dict(log_std_init=-1.0)``: on Box actions an
+  initial std of 0.37 instead of SB3's 1.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -140,6 +142,7 @@ ALGOS = (
     "ippo_lin",
     "ippo_norm_obs",
     "ippo_e20_kl_lin",
+    "ippo_std",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -174,12 +177,13 @@ LABELS = {
     "ippo_lin": "IPPO's defaults with the learning rate decaying linearly from 3e-4 to 0 over the run",
     "ippo_norm_obs": "IPPO's defaults with normalize_obs=True (per-agent running observation statistics)",
     "ippo_e20_kl_lin": "rollouts of 32 steps per copy, 20 passes, KL stop at 0.02, the learning rate decaying to 0",
+    "ippo_std": "IPPO's defaults with log_std_init=-1 (Box actions: an initial std of 0.37 instead of 1)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
     "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
-    "darkorange", "rosybrown", "darkkhaki",
+    "darkorange", "rosybrown", "darkkhaki", "mediumpurple",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -293,6 +297,9 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # ``ippo_r32_e20_kl`` with rollouts that end with the episodes (on MPE: ``ippo_r25_e20_kl``, the batches of the rule
     # before issue 32) and the learning rate of ``ippo_lin``.
     "ippo_e20_kl_lin": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02, "learning_rate": LinearSchedule(3e-4, 0.0, 1.0)},
+    # The defaults with a narrower initial Gaussian on Box actions (SB3's log_std_init=0 is a std of 1 on actions that
+    # multiwalker clips to [-1, 1]); on Discrete actions the same as the defaults.
+    "ippo_std": {"policy_kwargs": {"log_std_init": -1.0}},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
