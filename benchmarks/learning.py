@@ -205,6 +205,8 @@ BEFORE32: dict[str, Any] = {
 # rollout_len steps, cutting the episode in progress. The rows measured on those defaults are written relative to
 # them (``**CUT``), so that they keep training as they did when their figures were taken.
 CUT: dict[str, Any] = {"align_rollouts": False}
+# SB3's linear schedule from 3e-4 to 0 over the run (``--learning-rate lin_3e-4``), for the rows that decay the rate.
+LIN: dict[str, Any] = {"learning_rate": LinearSchedule(3e-4, 0.0, 1.0)}
 # The keyword arguments of each IPPO row (time_to_quality.py takes them too).
 IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo": {},
@@ -290,13 +292,13 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_r50_e20_kl": {"rollout_len": 50, "n_epochs": 20, "target_kl": 0.02},
     # The defaults of issue 32 before rollouts ended with the episodes (the previous default, to compare against).
     "ippo_cut": CUT,
-    # The defaults with SB3's linear schedule from 3e-4 to 0 over the run (``--learning-rate lin_3e-4``).
-    "ippo_lin": {"learning_rate": LinearSchedule(3e-4, 0.0, 1.0)},
+    # The defaults with the learning rate decaying to 0 over the run.
+    "ippo_lin": LIN,
     # The defaults with running observation statistics per agent (rl-zoo's ``normalize: true`` of walker tasks).
     "ippo_norm_obs": {"normalize_obs": True},
     # ``ippo_r32_e20_kl`` with rollouts that end with the episodes (on MPE: ``ippo_r25_e20_kl``, the batches of the rule
     # before issue 32) and the learning rate of ``ippo_lin``.
-    "ippo_e20_kl_lin": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02, "learning_rate": LinearSchedule(3e-4, 0.0, 1.0)},
+    "ippo_e20_kl_lin": {"rollout_len": 32, "n_epochs": 20, "target_kl": 0.02, **LIN},
     # The defaults with a narrower initial Gaussian on Box actions (SB3's log_std_init=0 is a std of 1 on actions that
     # multiwalker clips to [-1, 1]); on Discrete actions the same as the defaults.
     "ippo_std": {"policy_kwargs": {"log_std_init": -1.0}},
