@@ -65,7 +65,8 @@ The suite (``TASKS``; budgets are per-task defaults): mpe2 simple_spread_v3 (N=3
 has it (PettingZoo 1.27 removed it; sisl multiwalker_v9 is the continuous stand-in), sisl pursuit (v4 or v5,
 8 pursuers), butterfly pistonball_v6 with CnnPolicy (4 pistons, discrete, ``examples/pistonball_cnn.py``'s
 color_reduction + resize 48x48 + frame_stack 3). Each task has a random-policy baseline in the table. Outside the
-suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at ten agents.
+suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at ten agents; simple_spread_v3_box
+(N=3 with mpe2's ``continuous_actions=True``: Box actions in [0, 1]), for continuous actions on short episodes.
 
     python benchmarks/time_to_quality.py [--tasks simple_spread_v3 ...] [--algos ippo peer peer_sb3_defaults skrl]
         [--seeds 1] [--timesteps N] [--ippo-timesteps N] [--rates throughput.csv] [--out runs/time_to_quality] [--smoke]
@@ -196,6 +197,9 @@ SPREAD_ANCHOR = "published IPPO/MAPPO after 20M env steps: about -22 to -30 (doc
 TASKS: dict[str, Task] = {
     "simple_spread_v3": Task(mpe("simple_spread_v3"), {"N": 3, "max_cycles": 25}, 500_000, anchor=SPREAD_ANCHOR),
     "simple_spread_v3_n10": Task(mpe("simple_spread_v3"), {"N": 10, "max_cycles": 25}, 500_000, suite=False),
+    # Box actions in [0, 1] (mpe2's continuous_actions): the look at continuous actions on a short-episode task.
+    "simple_spread_v3_box": Task(mpe("simple_spread_v3"), {"N": 3, "max_cycles": 25, "continuous_actions": True},
+                                 500_000, suite=False),
     "simple_speaker_listener_v4": Task(mpe("simple_speaker_listener_v4"), {"max_cycles": 25}, 500_000),
     "simple_adversary_v3": Task(mpe("simple_adversary_v3"), {"N": 2, "max_cycles": 25}, 500_000, cross_play=True),
     "multiwalker_v9": Task(lambda **kw: sisl_env("multiwalker_v9")(**kw), {"max_cycles": 500}, 1_000_000,
