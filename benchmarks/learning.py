@@ -66,7 +66,7 @@ reads them).
 - ``ippo_e20_kl_lin`` (only with ``--algos``): ``rollout_len=32, n_epochs=20, target_kl=0.02`` (rollouts ending with the
   episodes: on MPE the old rule's batches of 8 whole episodes) with ``ippo_lin``'s decaying learning rate.
 - ``ippo_std`` (only with ``--algos``): IPPO's defaults with ``policy_kwargs=dict(log_std_init=-1.0)``: on Box actions an
-  initial std of 0.37 instead of SB3's 1.
+  initial std of 0.37 instead of SB3's 1. ``ippo_std05`` and ``ippo_std2``: the same with -0.5 (0.61) and -2 (0.14).
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -143,6 +143,8 @@ ALGOS = (
     "ippo_norm_obs",
     "ippo_e20_kl_lin",
     "ippo_std",
+    "ippo_std05",
+    "ippo_std2",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -178,12 +180,14 @@ LABELS = {
     "ippo_norm_obs": "IPPO's defaults with normalize_obs=True (per-agent running observation statistics)",
     "ippo_e20_kl_lin": "rollouts of 32 steps per copy, 20 passes, KL stop at 0.02, the learning rate decaying to 0",
     "ippo_std": "IPPO's defaults with log_std_init=-1 (Box actions: an initial std of 0.37 instead of 1)",
+    "ippo_std05": "IPPO's defaults with log_std_init=-0.5 (Box actions: an initial std of 0.61 instead of 1)",
+    "ippo_std2": "IPPO's defaults with log_std_init=-2 (Box actions: an initial std of 0.14 instead of 1)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
     "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
-    "darkorange", "rosybrown", "darkkhaki", "mediumpurple",
+    "darkorange", "rosybrown", "darkkhaki", "mediumpurple", "darkslategray", "firebrick",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -302,6 +306,8 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # The defaults with a narrower initial Gaussian on Box actions (SB3's log_std_init=0 is a std of 1 on actions that
     # multiwalker clips to [-1, 1]); on Discrete actions the same as the defaults.
     "ippo_std": {"policy_kwargs": {"log_std_init": -1.0}},
+    "ippo_std05": {"policy_kwargs": {"log_std_init": -0.5}},
+    "ippo_std2": {"policy_kwargs": {"log_std_init": -2.0}},  # rl-zoo's choice for most PyBullet tasks
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
