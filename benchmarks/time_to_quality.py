@@ -66,7 +66,8 @@ has it (PettingZoo 1.27 removed it; sisl multiwalker_v9 is the continuous stand-
 8 pursuers), butterfly pistonball_v6 with CnnPolicy (4 pistons, discrete, ``examples/pistonball_cnn.py``'s
 color_reduction + resize 48x48 + frame_stack 3). Each task has a random-policy baseline in the table. Outside the
 suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at ten agents; simple_spread_v3_box
-(N=3 with mpe2's ``continuous_actions=True``: Box actions in [0, 1]), for continuous actions on short episodes.
+(N=3 with mpe2's ``continuous_actions=True``: Box actions in [0, 1]) and simple_speaker_listener_v4_box (the same for
+speaker-listener), for continuous actions on short episodes.
 
     python benchmarks/time_to_quality.py [--tasks simple_spread_v3 ...] [--algos ippo peer peer_sb3_defaults skrl]
         [--seeds 1] [--timesteps N] [--ippo-timesteps N] [--rates throughput.csv] [--out runs/time_to_quality] [--smoke]
@@ -200,6 +201,8 @@ TASKS: dict[str, Task] = {
     # Box actions in [0, 1] (mpe2's continuous_actions): the look at continuous actions on a short-episode task.
     "simple_spread_v3_box": Task(mpe("simple_spread_v3"), {"N": 3, "max_cycles": 25, "continuous_actions": True},
                                  500_000, suite=False),
+    "simple_speaker_listener_v4_box": Task(mpe("simple_speaker_listener_v4"),
+                                           {"max_cycles": 25, "continuous_actions": True}, 500_000, suite=False),
     "simple_speaker_listener_v4": Task(mpe("simple_speaker_listener_v4"), {"max_cycles": 25}, 500_000),
     "simple_adversary_v3": Task(mpe("simple_adversary_v3"), {"N": 2, "max_cycles": 25}, 500_000, cross_play=True),
     "multiwalker_v9": Task(lambda **kw: sisl_env("multiwalker_v9")(**kw), {"max_cycles": 500}, 1_000_000,
@@ -515,14 +518,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         "equal time (rates): the same, at the env steps S this algorithm makes in the peer's time for the budget by the "
         "--rates file's steps/s (x peer: their ratio); '<': the run stopped short of S (read at its end).",
         "",
-        f"{'task':<27}{'algorithm':<19}{'budget':>10}{'equal steps':>13}{'equal time':>12}{'T (s)':>8}{'steps@T':>10}"
+        f"{'task':<31}{'algorithm':<19}{'budget':>10}{'equal steps':>13}{'equal time':>12}{'T (s)':>8}{'steps@T':>10}"
         f"{'x peer':>8}{'eq. time (rates)':>18}{'S':>10}{'eval':>9}{'eval adv.':>10}{'train s':>9}  configuration",
     ]
     for row in rows:
         mark = "<" if row["finished_early"] else " "
         short = "<" if row["short_of_rates"] else " "
         lines.append(
-            f"{row['task']:<27}{row['algo']:<19}{row['budget_env_steps']:>10,}{row['equal_env_steps']:>13.2f}"
+            f"{row['task']:<31}{row['algo']:<19}{row['budget_env_steps']:>10,}{row['equal_env_steps']:>13.2f}"
             f"{row['equal_time']:>11.2f}{mark}{row['equal_time_seconds']:>7.1f}{row['env_steps_at_equal_time']:>10,}"
             f"{row['rate_ratio']:>8.2f}{row['equal_time_rates']:>17.2f}{short}{row['env_steps_at_equal_time_rates']:>10,}"
             f"{row['eval_deterministic']:>9.2f}{row.get('eval_adversary', float('nan')):>10.2f}{row['train_seconds']:>9.1f}"
@@ -615,8 +618,8 @@ def measure_throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
              f"env steps/s, median over {args.rounds} rounds of {args.throughput_steps:,} env steps (fresh learners, order "
              "rotated every round); ratios: to the 'peer' row (its configuration beside it), and to the 'env' row (the "
              "env layer alone with random actions: the physical limit of learning on those copies).",
-             f"{'task':<27}{'algorithm':<19}{'env steps/s':>12}{'min':>9}{'max':>9}{'x peer':>8}{'x env':>7}  configuration"]
-    lines += [f"{r['task']:<27}{r['algo']:<19}{r['env_steps_per_s']:>12,.0f}{r['min']:>9,.0f}{r['max']:>9,.0f}"
+             f"{'task':<31}{'algorithm':<19}{'env steps/s':>12}{'min':>9}{'max':>9}{'x peer':>8}{'x env':>7}  configuration"]
+    lines += [f"{r['task']:<31}{r['algo']:<19}{r['env_steps_per_s']:>12,.0f}{r['min']:>9,.0f}{r['max']:>9,.0f}"
               f"{r['ratio_to_peer']:>8.2f}{r['ratio_to_env']:>7.2f}  {r['configuration']}" for r in rows]
     text = "\n".join(lines)
     print(text)
