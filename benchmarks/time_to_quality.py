@@ -67,7 +67,7 @@ has it (PettingZoo 1.27 removed it; sisl multiwalker_v9 is the continuous stand-
 color_reduction + resize 48x48 + frame_stack 3). Each task has a random-policy baseline in the table. Outside the
 suite, run only when named: simple_spread_v3_n10 (N=10), for the throughput at ten agents; simple_spread_v3_box
 (N=3 with mpe2's ``continuous_actions=True``: Box actions in [0, 1]) and simple_speaker_listener_v4_box (the same for
-speaker-listener), for continuous actions on short episodes.
+speaker-listener), for continuous actions on short episodes; pistonball_v6_box (pistonball's own Box(-1, 1) actions).
 
     python benchmarks/time_to_quality.py [--tasks simple_spread_v3 ...] [--algos ippo peer peer_sb3_defaults skrl]
         [--seeds 1] [--timesteps N] [--ippo-timesteps N] [--rates throughput.csv] [--out runs/time_to_quality] [--smoke]
@@ -211,6 +211,9 @@ TASKS: dict[str, Task] = {
                     smoke_env_kwargs={"max_cycles": 25}),
     "pistonball_v6": Task(make_pistonball, {"n_pistons": 4, "continuous": False, "max_cycles": 125}, 50_000, n_envs=4,
                           policy="CnnPolicy", smoke_env_kwargs={"max_cycles": 25}, skrl=False),
+    "pistonball_v6_box": Task(make_pistonball, {"n_pistons": 4, "continuous": True, "max_cycles": 125}, 50_000,
+                              n_envs=4, policy="CnnPolicy", smoke_env_kwargs={"max_cycles": 25}, skrl=False,
+                              suite=False),
 }
 if importlib.util.find_spec("pettingzoo.sisl.waterworld_v4") is not None:  # PettingZoo < 1.27
     TASKS["waterworld_v4"] = Task(lambda **kw: sisl_env("waterworld_v4")(**kw), {"max_cycles": 500}, 1_000_000,

@@ -23,6 +23,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
+from sb3_ippo.ippo.networks import BOX_LOG_STD_INIT
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 from tests.helpers import (
     ALGORITHMS,
@@ -477,6 +478,16 @@ def test_policy_kwargs_reach_every_agents_policy() -> None:
         assert policy.mlp_extractor.policy_net[0].out_features == 7, agent
         assert policy.mlp_extractor.value_net[0].out_features == 7, agent
     assert th.all(model.policies["box"].log_std == -1.0)
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
+def test_box_actions_start_from_a_narrower_gaussian_unless_the_user_sets_it(algo: type[IPPO]) -> None:
+    model = make_model(HeterogeneousEnv(agents=["discrete", "box"]), algo=algo)
+    assert th.all(model.policies["box"].log_std == BOX_LOG_STD_INIT)
+    assert not hasattr(model.policies["discrete"], "log_std")
+    assert model.policy_kwargs == dict(net_arch=[16])  # what was set (make_model's), as saved
+    with_sde = make_model(HeterogeneousEnv(agents=["box"]), algo=algo, use_sde=True)
+    assert th.all(with_sde.policies["box"].log_std == 0.0)  # gSDE's matrix keeps SB3's initial value
 
 
 # ----------------------------------------------------------------------------------------------------------------

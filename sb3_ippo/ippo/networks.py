@@ -3,6 +3,7 @@ that shares parameters, of the group's policy class (a masked agent gets sb3-con
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,42 @@ from sb3_ippo.common.groups import AgentGroup
 from sb3_ippo.games.masking import policy_for_agent
 from sb3_ippo.common.preprocessing import policy_observation_space
 from sb3_ippo.common.type_aliases import AgentID
+
+
+# The initial log std of a Gaussian policy on Box actions where the user does not set ``log_std_init``: -0.5, a std of
+# 0.61 where SB3's 0 is a std of 1 (as wide as multiwalker's whole [-1, 1] and twice mpe2's [0, 1], so that the
+# clipped actions sit at the bounds). Chosen in issue 32 on Box tasks of short and long episodes (docs/benchmarks.md).
+BOX_LOG_STD_INIT = -0.5
+
+
+def agent_policy_kwargs(
+    policy_class: type[BasePolicy], action_space: spaces.Space, policy_kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``policy_kwargs`` for one agent's policy: with ``log_std_init=BOX_LOG_STD_INIT`` for a Gaussian over Box
+    actions (no gSDE, whose std is a matrix of its own) where the user does not set it and the class takes it."""
+    kwargs = dict(policy_kwargs)
+    if (
+        isinstance(action_space, spaces.Box)
+        and not kwargs.get("use_sde")
+        and "log_std_init" not in kwargs
+        and _takes_keyword(policy_class, "log_std_init")
+    ):
+        kwargs["log_std_init"] = BOX_LOG_STD_INIT
+    return kwargs
+
+
+def _takes_keyword(policy_class: type, name: str) -> bool:
+    """Whether ``policy_class(...)`` takes the keyword ``name``: named by its ``__init__`` or, through ``**kwargs``,
+    by the first class up its MRO whose ``__init__`` takes no ``**kwargs``."""
+    for klass in policy_class.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters
+        if name in parameters:
+            return True
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return False
+    return False
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -84,7 +121,10 @@ def make_group_policies(
         if shared is None or not group.share_parameters:
             try:
                 shared = agent_class(  # type: ignore[call-arg]
-                    policy_observation_space(agent_space), action_spaces[agent], lr_schedule, **policy_kwargs
+                    policy_observation_space(agent_space),
+                    action_spaces[agent],
+                    lr_schedule,
+                    **agent_policy_kwargs(agent_class, action_spaces[agent], policy_kwargs),
                 ).to(device)
             except AssertionError as error:
                 if "NatureCNN" not in str(error):
