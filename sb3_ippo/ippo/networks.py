@@ -21,8 +21,9 @@ from sb3_ippo.common.type_aliases import AgentID
 
 
 # The initial log std of a Gaussian policy on Box actions where the user does not set ``log_std_init``: -0.5, a std of
-# 0.61 where SB3's 0 is a std of 1 (as wide as multiwalker's whole [-1, 1] and twice mpe2's [0, 1], so that the
-# clipped actions sit at the bounds). Chosen in issue 32 on Box tasks of short and long episodes (docs/benchmarks.md).
+# 0.61. SB3's 0, a std of 1, is as wide as multiwalker's whole [-1, 1] and twice mpe2's [0, 1], so that many of the
+# first policy's actions are clipped to the bounds. Chosen in issue 32 on Box tasks of short and long episodes
+# (docs/benchmarks.md, "Box actions start from a Gaussian of std 0.61").
 BOX_LOG_STD_INIT = -0.5
 
 
