@@ -462,7 +462,8 @@ def test_module_entry_point_shows_full_help_with_defaults() -> None:
     text = " ".join(result.stdout.split())
     assert "--timesteps" in text and "--max-version-lag" in text and "--hyperparams" in text and "--wrappers" in text
     # The whole docstring of every hyperparameter (policy_kwargs' used to be cut at "e.g."), with its default.
-    assert "Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``. (default: None)" in text
+    assert "Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``. Where" in text
+    assert "except with gSDE. (default: None)" in text
     for default in ("(default: 200000)", "(default: 8)", "(default: dummy)", "(default: MlpPolicy)", "(default: 128)"):
         assert default in text, default
 
