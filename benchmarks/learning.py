@@ -69,6 +69,8 @@ reads them).
   initial std of 0.37 instead of SB3's 1. ``ippo_std05`` and ``ippo_std2``: the same with -0.5 (0.61) and -2 (0.14).
   Since stop 43 the defaults start Box actions at -0.5 (``ippo_std05`` is the defaults there); ``ippo_std0`` (SB3's
   0, a std of 1) is the defaults before. The rows measured before stop 43 on Box tasks ran with a std of 1.
+- ``ippo_ent01`` (only with ``--algos``): IPPO's defaults with ``ent_coef=0.01``, an entropy bonus (MAPPO's MPE
+  setting; SB3's PPO and IPPO's defaults: 0).
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -148,6 +150,7 @@ ALGOS = (
     "ippo_std05",
     "ippo_std2",
     "ippo_std0",
+    "ippo_ent01",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -186,12 +189,13 @@ LABELS = {
     "ippo_std05": "IPPO's defaults with log_std_init=-0.5 (Box actions: an initial std of 0.61 instead of 1)",
     "ippo_std2": "IPPO's defaults with log_std_init=-2 (Box actions: an initial std of 0.14 instead of 1)",
     "ippo_std0": "IPPO's defaults with SB3's log_std_init=0 (Box actions: the initial std of 1 before stop 43)",
+    "ippo_ent01": "IPPO's defaults with ent_coef=0.01 (an entropy bonus, MAPPO's MPE setting; SB3's PPO: 0)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
     "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
-    "darkorange", "rosybrown", "darkkhaki", "mediumpurple", "darkslategray", "firebrick", "darkseagreen",
+    "darkorange", "rosybrown", "darkkhaki", "mediumpurple", "darkslategray", "firebrick", "darkseagreen", "deeppink",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -314,6 +318,9 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_std2": {"policy_kwargs": {"log_std_init": -2.0}},  # rl-zoo's choice for most PyBullet tasks
     # The defaults with SB3's initial std on Box actions, IPPO's default before stop 43 (BOX_LOG_STD_INIT since).
     "ippo_std0": {"policy_kwargs": {"log_std_init": 0.0}},
+    # The defaults with an entropy bonus (MAPPO's MPE configuration uses 0.01): exploration kept up where the policies
+    # settle early, as simple_spread's seeds that stay on the plateau near -47 do.
+    "ippo_ent01": {"ent_coef": 0.01},
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
