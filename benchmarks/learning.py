@@ -68,7 +68,8 @@ reads them).
 - ``ippo_std`` (only with ``--algos``): IPPO's defaults with ``policy_kwargs=dict(log_std_init=-1.0)``: on Box actions an
   initial std of 0.37 instead of SB3's 1. ``ippo_std05`` and ``ippo_std2``: the same with -0.5 (0.61) and -2 (0.14).
   Since stop 43 the defaults start Box actions at -0.5 (``ippo_std05`` is the defaults there); ``ippo_std0`` (SB3's
-  0, a std of 1) is the defaults before. The rows measured before stop 43 on Box tasks ran with a std of 1.
+  0, a std of 1) is the defaults before. The rows measured before stop 43 keep that std (``STD1``): on Box tasks
+  they train as they did then; ``ippo_share`` and the rows written since follow the defaults.
 - ``ippo_ent01`` (only with ``--algos``): IPPO's defaults with ``ent_coef=0.01``, an entropy bonus (MAPPO's MPE
   setting; SB3's PPO and IPPO's defaults: 0).
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
@@ -205,7 +206,9 @@ SHARED_GROUPS = {"agent": True}
 # IPPO's batches (8 episodes of each member), with a small entropy bonus; the other groups keep IPPO's defaults.
 SHARED_PPO_SETTINGS: dict[str, Any] = {"n_epochs": 10, "batch_size": 128, "target_kl": None, "ent_coef": 0.01}
 # ``ippo_shared_ppo128``: the same, with hidden layers of 128 units for the shared network (the others: 64).
-SHARED_PPO_128_SETTINGS: dict[str, Any] = {**SHARED_PPO_SETTINGS, "policy_kwargs": {"net_arch": [128, 128]}}
+# Box actions' initial std before stop 43 (SB3's: 1), kept by the rows measured then (below).
+STD1: dict[str, Any] = {"log_std_init": 0.0}
+SHARED_PPO_128_SETTINGS: dict[str, Any] = {**SHARED_PPO_SETTINGS, "policy_kwargs": {"net_arch": [128, 128], **STD1}}
 # IPPO's defaults before issue 32: the reference's whole-episode rule, 20 full-batch passes with the KL stop, and the
 # learner process for budgets of 20,000 env steps or more. The rows measured then are written relative to them, so
 # that they keep training as they did when their figures were taken.
@@ -321,6 +324,15 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # The defaults with an entropy bonus (MAPPO's MPE configuration uses 0.01): exploration kept up where the policies
     # settle early, as simple_spread's seeds that stay on the plateau near -47 do.
     "ippo_ent01": {"ent_coef": 0.01},
+}
+# Box actions started from SB3's std of 1 (``log_std_init=0``) before stop 43. The rows measured then keep it, as the
+# rows of the cut defaults keep ``CUT``, so that their figures (multiwalker's) reproduce; on Discrete actions it
+# changes nothing. The defaults, the one-line ``ippo_share`` and the rows written since follow IPPO's initial std;
+# the ``ippo_std`` rows set their own.
+FOLLOW_THE_INITIAL_STD = ("ippo", "ippo_share", "ippo_ent01")
+IPPO_VARIANTS = {
+    name: kwargs if name in FOLLOW_THE_INITIAL_STD or "policy_kwargs" in kwargs else {**kwargs, "policy_kwargs": STD1}
+    for name, kwargs in IPPO_VARIANTS.items()
 }
 SPREAD_REFERENCES = (
     (-80.0, "random (about -80)"),
