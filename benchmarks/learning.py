@@ -72,6 +72,8 @@ reads them).
   they train as they did then; ``ippo_share`` and the rows written since follow the defaults.
 - ``ippo_ent01`` (only with ``--algos``): IPPO's defaults with ``ent_coef=0.01``, an entropy bonus (MAPPO's MPE
   setting; SB3's PPO and IPPO's defaults: 0).
+- ``ippo_share_std0`` (only with ``--algos``): ``ippo_share`` with ``policy_kwargs=dict(log_std_init=0.0)``: on Box
+  actions the one-line setting as measured before stop 43.
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -152,6 +154,7 @@ ALGOS = (
     "ippo_std2",
     "ippo_std0",
     "ippo_ent01",
+    "ippo_share_std0",
 )
 LABELS = {
     "ippo": "IPPO (sb3_ippo, defaults)",
@@ -191,12 +194,14 @@ LABELS = {
     "ippo_std2": "IPPO's defaults with log_std_init=-2 (Box actions: an initial std of 0.14 instead of 1)",
     "ippo_std0": "IPPO's defaults with SB3's log_std_init=0 (Box actions: the initial std of 1 before stop 43)",
     "ippo_ent01": "IPPO's defaults with ent_coef=0.01 (an entropy bonus, MAPPO's MPE setting; SB3's PPO: 0)",
+    "ippo_share_std0": "ippo_share with SB3's log_std_init=0 (Box actions: ippo_share as measured before stop 43)",
 }
 PALETTE = (
     "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray",
     "tab:cyan", "black", "gold", "navy", "teal", "maroon", "lime", "darkviolet", "olive", "salmon",
     "peru", "indigo", "crimson", "darkgreen", "slateblue", "chocolate", "darkcyan", "orchid", "steelblue", "sienna",
     "darkorange", "rosybrown", "darkkhaki", "mediumpurple", "darkslategray", "firebrick", "darkseagreen", "deeppink",
+    "darkred",
 )
 COLORS = dict(zip(ALGOS, PALETTE, strict=True))
 # ``ippo_shared``: the agents of the group "agent" (simple_spread: all; simple_adversary: the good agents) share one
@@ -324,6 +329,8 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     # The defaults with an entropy bonus (MAPPO's MPE configuration uses 0.01): exploration kept up where the policies
     # settle early, as simple_spread's seeds that stay on the plateau near -47 do.
     "ippo_ent01": {"ent_coef": 0.01},
+    # ``ippo_share`` with SB3's initial std on Box actions: the one-line setting as it was measured before stop 43.
+    "ippo_share_std0": {"share_parameters": True, "policy_kwargs": STD1},
 }
 # Box actions started from SB3's std of 1 (``log_std_init=0``) before stop 43. The rows measured then keep it, as the
 # rows of the cut defaults keep ``CUT``, so that their figures (multiwalker's) reproduce; on Discrete actions it
