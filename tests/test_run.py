@@ -13,6 +13,7 @@ import pathlib
 from typing import Any
 
 import gymnasium as gym
+from gymnasium import spaces
 import numpy as np
 import pytest
 import torch as th
@@ -23,7 +24,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 import sb3_ippo.update.runners as runners_module
 from sb3_ippo import IPPO, make_vec_env
-from sb3_ippo.ippo.networks import BOX_LOG_STD_INIT
+from sb3_ippo.ippo.networks import initial_log_std
 from tests.envs import DyingAgentsEnv, HeterogeneousEnv, VariableLengthEnv
 from tests.helpers import (
     ALGORITHMS,
@@ -480,14 +481,29 @@ def test_policy_kwargs_reach_every_agents_policy() -> None:
     assert th.all(model.policies["box"].log_std == -1.0)
 
 
+def test_the_initial_std_is_sb3s_but_never_wider_than_half_the_action_range() -> None:
+    low = np.array([0.0, -1.0, -0.01, -5.0, -np.inf, 2.0], dtype=np.float32)
+    high = np.array([1.0, 1.0, 0.01, 5.0, np.inf, 2.0], dtype=np.float32)
+    std = initial_log_std(spaces.Box(low, high)).exp()
+    np.testing.assert_allclose(std.numpy(), [0.5, 1.0, 0.01, 1.0, 1.0, 1.0], rtol=1e-6)
+    assert initial_log_std(spaces.Box(0.0, 1.0, (2, 3))).shape == (6,)  # one per dimension, as SB3's log_std
+
+
 @pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda algo: algo.__name__)
-def test_box_actions_start_from_a_narrower_gaussian_unless_the_user_sets_it(algo: type[IPPO]) -> None:
-    model = make_model(HeterogeneousEnv(agents=["discrete", "box"]), algo=algo)
-    assert th.all(model.policies["box"].log_std == BOX_LOG_STD_INIT)
-    assert not hasattr(model.policies["discrete"], "log_std")
+def test_box_actions_start_from_the_action_range_unless_the_user_sets_it(algo: type[IPPO]) -> None:
+    action_space = spaces.Box(np.array([0.0, -1.0], np.float32), np.array([1.0, 1.0], np.float32))
+    model = make_model(DyingAgentsEnv(action_space=action_space), algo=algo)
+    for policy in model.policies.values():
+        np.testing.assert_allclose(policy.log_std.detach().numpy(), [np.log(0.5), 0.0], rtol=1e-6)
     assert model.policy_kwargs == dict(net_arch=[16])  # what was set (make_model's), as saved
-    with_sde = make_model(HeterogeneousEnv(agents=["box"]), algo=algo, use_sde=True)
-    assert th.all(with_sde.policies["box"].log_std == 0.0)  # gSDE's matrix keeps SB3's initial value
+    heterogeneous = make_model(HeterogeneousEnv(agents=["discrete", "box"]), algo=algo)
+    assert not hasattr(heterogeneous.policies["discrete"], "log_std")
+    chosen = make_model(DyingAgentsEnv(action_space=action_space), algo=algo, policy_kwargs=dict(log_std_init=-2.0))
+    assert all(th.all(policy.log_std == -2.0) for policy in chosen.policies.values())
+    with_sde = make_model(DyingAgentsEnv(action_space=action_space), algo=algo, use_sde=True)
+    assert all(th.all(policy.log_std == 0.0) for policy in with_sde.policies.values())  # gSDE's matrix: SB3's value
+    shared = make_model(DyingAgentsEnv(action_space=action_space), algo=algo, share_parameters=True)
+    np.testing.assert_allclose(shared.policies["agent_0"].log_std.detach().numpy(), [np.log(0.5), 0.0], rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------------------------

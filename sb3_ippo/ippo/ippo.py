@@ -199,8 +199,8 @@ class IPPO(MultiAgentOnPolicyAlgorithm):
     :param stats_window_size: Window size for the rollout logging: episodes averaged for ``rollout/ep_rew_mean``.
     :param tensorboard_log: The log location for tensorboard (None: no tensorboard).
     :param policy_kwargs: Keyword arguments for every agent's policy, e.g. ``dict(net_arch=[64, 64])``. Where they do
-        not set ``log_std_init``, a Gaussian policy on Box actions starts at -0.5 (a std of 0.61; SB3's PPO: 0),
-        except with gSDE.
+        not set ``log_std_init``, a Gaussian policy on Box actions starts with SB3's std of 1, narrowed to half the
+        action range where that is less (mpe2's [0, 1]: 0.5), except with gSDE.
     :param verbose: 0 no output, 1 training information, 2 debug.
     :param seed: Seed for the pseudo-random generators and the env copies (copy ``i`` gets ``seed + i``).
     :param device: Device (cpu, cuda, ...) on which the code should be run; "auto" picks cuda if available.

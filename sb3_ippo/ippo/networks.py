@@ -3,13 +3,14 @@ that shares parameters, of the group's policy class (a masked agent gets sb3-con
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import Schedule
 
@@ -20,41 +21,30 @@ from sb3_ippo.common.preprocessing import policy_observation_space
 from sb3_ippo.common.type_aliases import AgentID
 
 
-# The initial log std of a Gaussian policy on Box actions where the user does not set ``log_std_init``: -0.5, a std of
-# 0.61. SB3's 0, a std of 1, is as wide as multiwalker's whole [-1, 1] and twice mpe2's [0, 1], so that many of the
-# first policy's actions are clipped to the bounds. Chosen in issue 32 on Box tasks of short and long episodes
-# (docs/benchmarks.md, "Box actions start from a Gaussian of std 0.61").
-BOX_LOG_STD_INIT = -0.5
+def initial_log_std(action_space: spaces.Box) -> th.Tensor:
+    """The initial log std of a Gaussian policy on ``action_space``, one per action dimension: SB3's std of 1, except
+    that it is never wider than half the dimension's range (mpe2's [0, 1]: 0.5). On the [-1, 1] that SB3 asks
+    continuous actions to be scaled to, on wider and unbounded dimensions, and on a dimension of one value, it is
+    SB3's."""
+    half_range = (action_space.high.astype(np.float64) - action_space.low.astype(np.float64)) / 2
+    std = np.where(half_range > 0, np.minimum(half_range, 1.0), 1.0)
+    return th.as_tensor(np.log(std), dtype=th.float32).flatten()
 
 
-def agent_policy_kwargs(
-    policy_class: type[BasePolicy], action_space: spaces.Space, policy_kwargs: Mapping[str, Any]
-) -> dict[str, Any]:
-    """``policy_kwargs`` for one agent's policy: with ``log_std_init=BOX_LOG_STD_INIT`` for a Gaussian over Box
-    actions (no gSDE, whose std is a matrix of its own) where the user does not set it and the class takes it."""
-    kwargs = dict(policy_kwargs)
+def start_from_the_action_range(policy: BasePolicy, action_space: spaces.Space, policy_kwargs: Mapping[str, Any]) -> None:
+    """Set a new Gaussian policy's log std on Box actions to :func:`initial_log_std`, where ``policy_kwargs`` does not
+    set ``log_std_init``. gSDE's std is a matrix of its own and keeps SB3's initial value; other distributions have
+    no std."""
+    log_std = getattr(policy, "log_std", None)
     if (
-        isinstance(action_space, spaces.Box)
-        and not kwargs.get("use_sde")
-        and "log_std_init" not in kwargs
-        and _takes_keyword(policy_class, "log_std_init")
+        "log_std_init" in policy_kwargs
+        or not isinstance(action_space, spaces.Box)
+        or not isinstance(getattr(policy, "action_dist", None), DiagGaussianDistribution)
+        or not isinstance(log_std, th.nn.Parameter)
     ):
-        kwargs["log_std_init"] = BOX_LOG_STD_INIT
-    return kwargs
-
-
-def _takes_keyword(policy_class: type, name: str) -> bool:
-    """Whether ``policy_class(...)`` takes the keyword ``name``: named by its ``__init__`` or, through ``**kwargs``,
-    by the first class up its MRO whose ``__init__`` takes no ``**kwargs``."""
-    for klass in policy_class.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        parameters = inspect.signature(vars(klass)["__init__"]).parameters
-        if name in parameters:
-            return True
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return False
-    return False
+        return
+    with th.no_grad():
+        log_std.copy_(initial_log_std(action_space))
 
 
 def module_keys(agent_ids: list[AgentID]) -> dict[AgentID, str]:
@@ -122,11 +112,9 @@ def make_group_policies(
         if shared is None or not group.share_parameters:
             try:
                 shared = agent_class(  # type: ignore[call-arg]
-                    policy_observation_space(agent_space),
-                    action_spaces[agent],
-                    lr_schedule,
-                    **agent_policy_kwargs(agent_class, action_spaces[agent], policy_kwargs),
+                    policy_observation_space(agent_space), action_spaces[agent], lr_schedule, **policy_kwargs
                 ).to(device)
+                start_from_the_action_range(shared, action_spaces[agent], policy_kwargs)
             except AssertionError as error:
                 if "NatureCNN" not in str(error):
                     raise
