@@ -67,13 +67,14 @@ reads them).
   episodes: on MPE the old rule's batches of 8 whole episodes) with ``ippo_lin``'s decaying learning rate.
 - ``ippo_std`` (only with ``--algos``): IPPO's defaults with ``policy_kwargs=dict(log_std_init=-1.0)``: on Box actions an
   initial std of 0.37 instead of SB3's 1. ``ippo_std05`` and ``ippo_std2``: the same with -0.5 (0.61) and -2 (0.14).
-  Since stop 43 the defaults start Box actions at -0.5 (``ippo_std05`` is the defaults there); ``ippo_std0`` (SB3's
-  0, a std of 1) is the defaults before. The rows measured before stop 43 keep that std (``STD1``): on Box tasks
-  they train as they did then; ``ippo_share`` and the rows written since follow the defaults.
+  ``ippo_std0``: SB3's 0, a std of 1. Stop 43's defaults started every Box at -0.5 (``ippo_std05``); since stop 44
+  each dimension starts at SB3's std, never wider than half its range (on [-1, 1]: ``ippo_std0`` bit for bit; on
+  mpe2's [0, 1]: 0.5). The rows measured before stop 43 keep SB3's std (``STD1``): on Box tasks they train as they
+  did then; ``ippo_share`` and the rows written since follow the defaults.
 - ``ippo_ent01`` (only with ``--algos``): IPPO's defaults with ``ent_coef=0.01``, an entropy bonus (MAPPO's MPE
   setting; SB3's PPO and IPPO's defaults: 0).
 - ``ippo_share_std0`` (only with ``--algos``): ``ippo_share`` with ``policy_kwargs=dict(log_std_init=0.0)``: on Box
-  actions the one-line setting as measured before stop 43.
+  actions the one-line setting as measured before stop 43 (on [-1, 1]: ``ippo_share`` since stop 44).
 - ``ippo_e80_sync`` (only with ``--algos``): the defaults before issue 22, n_epochs 80 and ``async_training=False``.
 - The peer is SB3 ``PPO`` with SB3's defaults except ``n_steps=256`` per ``VecEnv`` entry (8 copies x 256 =
   2,048 env steps per update, the scale MAPPO's MPE runs use; SB3's 2,048 would make one update every 16,384
@@ -192,7 +193,7 @@ LABELS = {
     "ippo_std": "IPPO's defaults with log_std_init=-1 (Box actions: an initial std of 0.37 instead of 1)",
     "ippo_std05": "IPPO's defaults with log_std_init=-0.5 (Box actions: an initial std of 0.61 instead of 1)",
     "ippo_std2": "IPPO's defaults with log_std_init=-2 (Box actions: an initial std of 0.14 instead of 1)",
-    "ippo_std0": "IPPO's defaults with SB3's log_std_init=0 (Box actions: the initial std of 1 before stop 43)",
+    "ippo_std0": "IPPO's defaults with SB3's log_std_init=0 (Box actions: an initial std of 1 on every dimension)",
     "ippo_ent01": "IPPO's defaults with ent_coef=0.01 (an entropy bonus, MAPPO's MPE setting; SB3's PPO: 0)",
     "ippo_share_std0": "ippo_share with SB3's log_std_init=0 (Box actions: ippo_share as measured before stop 43)",
 }
@@ -324,7 +325,7 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_std": {"policy_kwargs": {"log_std_init": -1.0}},
     "ippo_std05": {"policy_kwargs": {"log_std_init": -0.5}},
     "ippo_std2": {"policy_kwargs": {"log_std_init": -2.0}},  # rl-zoo's choice for most PyBullet tasks
-    # The defaults with SB3's initial std on Box actions, IPPO's default before stop 43 (BOX_LOG_STD_INIT since).
+    # The defaults with SB3's initial std on Box actions: IPPO's default before stop 43, and since stop 44 on [-1, 1].
     "ippo_std0": {"policy_kwargs": {"log_std_init": 0.0}},
     # The defaults with an entropy bonus (MAPPO's MPE configuration uses 0.01): exploration kept up where the policies
     # settle early, as simple_spread's seeds that stay on the plateau near -47 do.
