@@ -95,7 +95,13 @@ def test_ippo_builds_and_learns_with_the_tuned_settings() -> None:
     assert model.policy_kwargs["activation_fn"] is nn.ReLU and model.lr_schedule(1.0) == pytest.approx(1e-3)
 
 
-@pytest.mark.parametrize("env_id", ["pettingzoo.sisl.multiwalker_v9", "pettingzoo.sisl.pursuit_v5", "pursuit_v5"])
-def test_sisl_sections_are_the_defaults_with_one_shared_network(env_id: str) -> None:
-    # Issue 32's 3-seed figures chose this over the peer's own settings (ippo.yml's comment, docs/benchmarks.md).
-    assert tuned_hyperparameters(env_id) == {"share_parameters": True}
+def test_sisl_sections_share_one_network_and_pursuit_takes_the_peers_settings() -> None:
+    # Issue 32's 3-seed figures (ippo.yml's comment, docs/benchmarks.md): multiwalker the defaults with one shared
+    # network; pursuit that with the peer's rollouts and value targets (benchmarks/learning.py's ippo_as_peer_sync).
+    assert tuned_hyperparameters("pettingzoo.sisl.multiwalker_v9") == {"share_parameters": True}
+    as_peer = {
+        "share_parameters": True, "rollout_len": 256, "align_rollouts": False, "normalize_returns": False,
+        "time_limit_bootstrap": False,
+    }
+    assert tuned_hyperparameters("pettingzoo.sisl.pursuit_v5") == as_peer
+    assert tuned_hyperparameters("pursuit_v5") == as_peer
