@@ -114,7 +114,6 @@ def make_group_policies(
                 shared = agent_class(  # type: ignore[call-arg]
                     policy_observation_space(agent_space), action_spaces[agent], lr_schedule, **policy_kwargs
                 ).to(device)
-                start_from_the_action_range(shared, action_spaces[agent], policy_kwargs)
             except AssertionError as error:
                 if "NatureCNN" not in str(error):
                     raise
@@ -124,5 +123,6 @@ def make_group_policies(
                     "channels); use 'MlpPolicy' for vector observations (for one group of agents only: "
                     "group_kwargs={group: dict(policy=...)})"
                 ) from error
+            start_from_the_action_range(shared, action_spaces[agent], policy_kwargs)
         policies[agent] = shared  # type: ignore[assignment]
     return policies
