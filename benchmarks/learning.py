@@ -326,7 +326,7 @@ IPPO_VARIANTS: dict[str, dict[str, Any]] = {
     "ippo_std05": {"policy_kwargs": {"log_std_init": -0.5}},
     "ippo_std2": {"policy_kwargs": {"log_std_init": -2.0}},  # rl-zoo's choice for most PyBullet tasks
     # The defaults with SB3's initial std on Box actions: IPPO's default before stop 43, and since stop 44 on [-1, 1].
-    "ippo_std0": {"policy_kwargs": {"log_std_init": 0.0}},
+    "ippo_std0": {"policy_kwargs": STD1},
     # The defaults with an entropy bonus (MAPPO's MPE configuration uses 0.01): exploration kept up where the policies
     # settle early, as simple_spread's seeds that stay on the plateau near -47 do.
     "ippo_ent01": {"ent_coef": 0.01},
